@@ -1,0 +1,36 @@
+# Atelier — set-up and everyday commands. Every target creates .venv on first use.
+PY      := .venv/bin/python
+PIP     := .venv/bin/pip
+STAMP   := .venv/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export GRADIO_ANALYTICS_ENABLED := False
+
+.PHONY: install demo test serve bench weights clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	# torch first, with plain pip: the pinned pair installs from the local wheel store
+	$(PIP) install -q torch==2.14.1 torchvision==0.29.1
+	$(PIP) install -q -e '.[app,test,decord]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	.venv/bin/atelier demo -o outputs/demo
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+serve: $(STAMP)
+	.venv/bin/atelier serve
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.video_io
+
+weights: $(STAMP)
+	@echo "no built-in models to train yet"
+
+clean:
+	rm -rf outputs .pytest_cache

@@ -1,0 +1,58 @@
+"""Typed errors. Every message names the offending argument or file, shows the bad value and says how to fix it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AtelierError(Exception):
+    """Base class of every error Atelier raises on purpose."""
+
+
+class InputError(AtelierError, ValueError):
+    """A bad argument. ``InputError("size", (0, 5), "use positive integers")``."""
+
+    def __init__(self, name: str, value: Any, hint: str = ""):
+        self.name, self.value, self.hint = name, value, hint
+        msg = f"invalid {name}={value!r}"
+        super().__init__(f"{msg}: {hint}" if hint else msg)
+
+
+class MediaError(AtelierError):
+    """A media file that cannot be used. Carries the path so batch logs point at the culprit."""
+
+    def __init__(self, path: Any, problem: str, hint: str = ""):
+        self.path, self.problem, self.hint = str(path), problem, hint
+        super().__init__(f"{self.path}: {problem}" + (f" ({hint})" if hint else ""))
+
+
+class VideoOpenError(MediaError):
+    """The file is missing, not a video, or its container is unreadable (e.g. truncated)."""
+
+
+class EmptyVideoError(MediaError):
+    """The video opened but holds no frames."""
+
+
+class VideoDecodeError(MediaError):
+    """A frame could not be decoded (corrupt or truncated stream)."""
+
+
+class FrameIndexError(AtelierError, IndexError):
+    """A frame index outside ``[0, len(video))``."""
+
+    def __init__(self, source: Any, index: int, length: int):
+        self.source, self.index, self.length = str(source), index, length
+        super().__init__(
+            f"{self.source}: frame index {index} is out of range; the video has {length} frames, "
+            f"valid indices are 0..{length - 1} (negative indices count from the end)"
+        )
+
+
+class MissingDependencyError(AtelierError, ImportError):
+    """An optional dependency is not installed; the message names the pip extra."""
+
+    def __init__(self, package: str, extra: str, purpose: str = ""):
+        self.package, self.extra = package, extra
+        why = f" to {purpose}" if purpose else ""
+        super().__init__(f"{package} is needed{why}: pip install 'atelier[{extra}]'")
