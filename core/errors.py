@@ -30,8 +30,8 @@ class VideoOpenError(MediaError):
     """The file is missing, not a video, or its container is unreadable (e.g. truncated)."""
 
 
-class EmptyVideoError(MediaError):
-    """The video opened but holds no frames."""
+class EmptyVideoError(VideoOpenError):
+    """The file or folder holds no frames (a zero-frame export, or a file cut before its first frame)."""
 
 
 class VideoDecodeError(MediaError):

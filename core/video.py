@@ -320,7 +320,7 @@ class _PyAVReader(_Reader):
             raise VideoOpenError(path, f"not a readable video ({type(e).__name__}: {e})", "is the file complete and really a video?") from None
         if not self.container.streams.video:
             self.container.close()
-            raise VideoOpenError(path, "the file has no video stream")
+            raise EmptyVideoError(path, "the file holds no video stream (zero frames, or cut short?)", "re-encode or re-export it")
         self.stream = self.container.streams.video[0]
         self.stream.thread_type = "AUTO"
         self.codec = self.stream.codec_context.name
@@ -401,7 +401,7 @@ class _DecordReader(_Reader):
         self._vr_cache: dict[tuple[int, int], object] = {}
         try:
             vr = decord.VideoReader(str(path), ctx=decord.cpu(0))
-        except decord.DECORDError as e:
+        except (decord.DECORDError, RuntimeError) as e:
             raise VideoOpenError(path, f"not a readable video (decord: {str(e).splitlines()[0]})", "is the file complete and really a video?") from None
         self.num_frames = len(vr)
         self.fps = float(vr.get_avg_fps()) or 30.0
@@ -419,7 +419,7 @@ class _DecordReader(_Reader):
     def read(self, indices, size):
         try:
             batch = self._reader_for(tuple(size)).get_batch(list(indices)).asnumpy()
-        except self._decord.DECORDError as e:
+        except (self._decord.DECORDError, RuntimeError) as e:
             raise VideoDecodeError(self.source, f"frames could not be decoded ({str(e).splitlines()[0]})", "the file may be truncated or corrupt") from None
         return list(batch)
 

@@ -1,0 +1,213 @@
+"""The `atelier` command line. Results go to stdout (``--json`` for machines), logs to stderr.
+
+Exit codes: 0 ok, 1 failure (including any failed batch item), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from core.errors import AtelierError
+
+DESCRIPTION = """\
+Atelier: staged video/vision pipelines (planners, renderers, trackers), offline by default.
+
+Verbs:
+  info       versions, device, backends and the weights found
+  video      video utilities: probe (metadata), sample (frames + contact sheet), overlay (masks/captions)
+  batch      run any verb over a JSONL manifest, resumably, one result folder per item
+  worldgen   generate synthetic-world datasets (masks, keypoints, tasks) and preview galleries
+  serve      start the web demo on http://127.0.0.1:7860
+  demo       run the showcase jobs and write a gallery page (outputs/demo/index.html)
+
+Run `atelier VERB --help` for each verb's options and examples.
+"""
+
+EPILOG = """\
+examples:
+  atelier info --json
+  atelier video probe clip.mp4
+  atelier video sample clip.mp4 -n 16 -o frames/
+  atelier video overlay clip.mp4 --motion --caption "moving parts" -o overlay.mp4
+  atelier batch jobs.jsonl -o out/          # re-run the same line to resume
+"""
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="atelier", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+
+    p = sub.add_parser("info", help="versions, device, backends, weights", description="Print versions, the compute device, available backends and the weights Atelier can find.")
+    _add_common(p)
+    p.set_defaults(func=_cmd_info)
+
+    video = sub.add_parser("video", help="video utilities (probe, sample, overlay)", description="Video utilities built on core.Video (decord/PyAV, real seeking, bounded memory).")
+    vsub = video.add_subparsers(dest="tool", metavar="TOOL", required=True)
+    p = vsub.add_parser("probe", help="print a video's metadata", description="Print frame count, fps, size, duration and codec of a video file, frame folder or image.")
+    p.add_argument("video", help="video file, folder of frames, or image")
+    _add_common(p)
+    p.set_defaults(func=_cmd_video_probe)
+    p = vsub.add_parser("sample", help="save N uniformly spaced frames", description="Save N uniformly spaced frames as PNGs plus a labelled contact sheet. Seeks; never decodes the whole video.")
+    p.add_argument("video")
+    p.add_argument("-n", type=int, default=8, help="number of frames (default 8)")
+    p.add_argument("--height", type=int, help="resize to this height, keeping the aspect ratio")
+    p.add_argument("-o", "--out", default="frames", help="output folder (default ./frames)")
+    _add_common(p)
+    p.set_defaults(func=_cmd_video_sample)
+    p = vsub.add_parser("overlay", help="draw masks / motion / a caption onto a video", description="Write an H.264 mp4 with masks drawn on every frame: from a DAVIS folder of palette PNGs (--masks) or from OpenCV background subtraction (--motion); optional caption. Streams, so any length works.")
+    p.add_argument("video")
+    p.add_argument("-o", "--out", default="overlay.mp4", help="output mp4 (default overlay.mp4)")
+    p.add_argument("--masks", help="folder of DAVIS palette PNG masks, one per frame")
+    p.add_argument("--motion", action="store_true", help="segment moving regions with background subtraction")
+    p.add_argument("--caption", help="text drawn at the bottom of every frame")
+    p.add_argument("--alpha", type=float, default=0.5, help="mask opacity in [0, 1] (default 0.5)")
+    p.add_argument("--height", type=int, help="resize to this height")
+    _add_common(p)
+    p.set_defaults(func=_cmd_video_overlay)
+
+    p = sub.add_parser(
+        "batch",
+        help="run verbs over a JSONL manifest (resumable)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run one verb per manifest line. Each item's result is written atomically to OUT/<id>/, its status appended to OUT/status.jsonl. Re-running skips finished items and retries failed ones; one bad item never stops the rest. Exit code 1 if any item failed.",
+        epilog='manifest lines look like:\n  {"id": "bbb", "verb": "video.sample", "args": {"video": "bbb.mp4", "n": 8}}\nverbs: ' + ", ".join(sorted(_batch_verbs())),
+    )
+    p.add_argument("manifest", help="JSON Lines file, one item per line")
+    p.add_argument("-o", "--out", required=True, help="output folder (holds status.jsonl and one folder per item)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_common(p)
+    p.set_defaults(func=_cmd_batch)
+
+    p = sub.add_parser("serve", help="start the web demo (127.0.0.1)", description="Start the Gradio web demo. It binds 127.0.0.1 unless --host says otherwise; uploads are size- and length-limited.")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0 exposes it to your network)")
+    p.add_argument("--port", type=int, default=7860)
+    p.add_argument("--max-video-seconds", type=float, default=600.0, help="reject longer uploads (default 600)")
+    p.add_argument("--max-file-size", default="500mb", help="upload size limit (default 500mb)")
+    _add_common(p)
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("demo", help="run the showcase jobs, write a gallery", description="Run the showcase jobs on the bundled real clip (and the synthetic world) and write OUT/index.html.")
+    p.add_argument("-o", "--out", default="outputs/demo", help="output folder (default outputs/demo)")
+    p.add_argument("--video", help="video to use (default: ../shared/data/bigbuckbunny_clip/bigbuckbunny.mp4, else a synthetic clip)")
+    _add_common(p)
+    p.set_defaults(func=_cmd_demo)
+
+    _add_worldgen(sub)
+    return parser
+
+
+def _batch_verbs() -> list[str]:
+    from app.batch import VERBS
+
+    return list(VERBS)
+
+
+def _add_worldgen(sub) -> None:
+    try:
+        from worldgen import cli as worldgen_cli
+    except ImportError:  # worldgen not built yet in this checkout
+        return
+    p = sub.add_parser("worldgen", help="synthetic-world datasets and previews", description=(worldgen_cli.__doc__ or "").strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    worldgen_cli.add_arguments(p)
+    p.set_defaults(func=worldgen_cli.run)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _emit(args, result: dict, human: str | None = None) -> None:
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(human if human is not None else "\n".join(f"{k}: {v}" for k, v in result.items()))
+
+
+def _cmd_info(args) -> int:
+    from app.info import collect_info, format_info
+
+    info = collect_info()
+    _emit(args, info, format_info(info))
+    return 0
+
+
+def _cmd_video_probe(args) -> int:
+    from app.video_tools import probe
+
+    _emit(args, probe(args.video))
+    return 0
+
+
+def _cmd_video_sample(args) -> int:
+    from app.video_tools import sample
+
+    res = sample(args.video, args.out, n=args.n, height=args.height)
+    _emit(args, res, f"wrote {len(res['frames'])} frames and {res['contact_sheet']}")
+    return 0
+
+
+def _cmd_video_overlay(args) -> int:
+    from app.video_tools import overlay
+
+    res = overlay(args.video, args.out, masks=args.masks, motion=args.motion, caption=args.caption, alpha=args.alpha, height=args.height)
+    _emit(args, res, f"wrote {res['output']} ({res['num_frames']} frames)")
+    return 0
+
+
+def _cmd_batch(args) -> int:
+    from app.batch import run_batch
+
+    s = run_batch(args.manifest, args.out, progress=not args.no_progress)
+    res = {"total": s.total, "ok": s.ok, "failed": s.failed, "skipped": s.skipped, "out": s.out_dir}
+    _emit(args, res, f"{s.ok} ok, {s.failed} failed, {s.skipped} skipped (already done) of {s.total}; status in {Path(s.out_dir) / 'status.jsonl'}")
+    return s.exit_code
+
+
+def _cmd_serve(args) -> int:
+    from app.web import launch
+
+    launch(host=args.host, port=args.port, max_video_seconds=args.max_video_seconds, max_file_size=args.max_file_size)
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from app.demo import run_demo
+
+    page = run_demo(args.out, video=args.video)
+    _emit(args, {"gallery": str(page)}, f"gallery: {page}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    logging.basicConfig(
+        level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args.func(args) or 0)
+    except AtelierError as e:
+        print(f"atelier {args.verb}: error: {e}", file=sys.stderr)
+        return 2 if isinstance(e, ValueError) else 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

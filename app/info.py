@@ -1,0 +1,58 @@
+"""`atelier info`: versions, device, backends and the weights Atelier can find."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import platform
+from pathlib import Path
+
+WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
+_PACKAGES = ("atelier", "torch", "torchvision", "transformers", "diffusers", "accelerate", "av", "decord",
+             "opencv-python-headless", "pycocotools", "gradio", "sam2", "mediapipe", "xformers")  # fmt: skip
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return md.version(pkg)
+    except md.PackageNotFoundError:
+        return None
+
+
+def collect_info() -> dict:
+    import torch
+
+    from core.device import select_device
+
+    versions = {p: _version(p) for p in _PACKAGES}
+    builtin = sorted(p.parent.name for p in (WEIGHTS_DIR / "builtin").glob("*/model.safetensors"))
+    catalog_path = WEIGHTS_DIR / "catalog.json"
+    catalog = json.loads(catalog_path.read_text()) if catalog_path.is_file() else {}
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": versions,
+        "device": str(select_device()),
+        "cuda": torch.cuda.is_available(),
+        "threads": torch.get_num_threads(),
+        "backends": {
+            "video_decoders": ["pyav"] + (["decord"] if versions["decord"] else []),
+            "planners": ["builtin"] + (["hf"] if versions["transformers"] else []),
+            "trackers": ["opencv"] + (["sam2"] if versions["sam2"] else []),
+            "web": bool(versions["gradio"]),
+        },
+        "builtin_weights": builtin,
+        "catalog": {k: [c["id"] for c in v] for k, v in catalog.get("pipelines", {}).items()},
+    }
+
+
+def format_info(info: dict) -> str:
+    lines = [f"atelier {info['versions']['atelier']}  python {info['python']}  ({info['platform']})",
+             f"device: {info['device']}  (cuda available: {info['cuda']}, cpu threads: {info['threads']})", "versions:"]
+    lines += [f"  {k:24s} {v or '-'}" for k, v in info["versions"].items()]
+    lines.append("backends:")
+    lines += [f"  {k:24s} {v}" for k, v in info["backends"].items()]
+    lines.append("builtin weights: " + (", ".join(info["builtin_weights"]) or "none yet (make weights)"))
+    lines.append("real checkpoints each pipeline can load (weights/catalog.json):")
+    lines += [f"  {k:24s} {', '.join(v)}" for k, v in info["catalog"].items()]
+    return "\n".join(lines)

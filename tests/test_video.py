@@ -1,0 +1,191 @@
+"""core.Video and write_video: real clip through both readers, seeking, streaming, bad inputs."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from core.errors import EmptyVideoError, FrameIndexError, InputError, VideoDecodeError, VideoOpenError
+from core.video import Video, write_video
+from tests.shared_data import BBB, need
+
+
+def _moving_square(t=40, h=64, w=80):
+    frames = np.zeros((t, h, w, 3), np.uint8)
+    for i in range(t):
+        frames[i, 10:30, i : i + 20] = (200, 50, 50)
+        frames[i, ..., 2] = (i * 4) % 256  # a per-frame signature in the blue channel
+    return frames
+
+
+def test_real_clip_metadata_and_both_readers_agree():
+    path = need(BBB)
+    pyav = Video(path, backend="pyav")
+    assert (len(pyav), pyav.fps, pyav.size) == (132, 25.0, (720, 1280))
+    assert pyav.info.codec == "h264" and abs(pyav.duration - 5.28) < 1e-6
+    pytest.importorskip("decord")
+    dec = Video(path, backend="decord")
+    assert len(dec) == 132 and dec.fps == 25.0
+    idx = [0, 1, 17, 64, 65, 131]
+    a, b = pyav.get_frames(idx), dec.get_frames(idx)
+    assert a.shape == b.shape == (6, 720, 1280, 3)
+    assert np.abs(a.astype(int) - b).mean() < 1.0  # same frames within codec rounding
+
+
+def test_random_access_matches_sequential_decode():
+    path = need(BBB)
+    v = Video(path, height=90)
+    sequential = np.concatenate([chunk for _, chunk in v.windows(50)])
+    assert sequential.shape == (132, 90, 160, 3)
+    for i in [131, 0, 77, 5, 76, 100, 3]:  # backwards and forwards jumps, across keyframes
+        np.testing.assert_array_equal(v[i], sequential[i])
+    np.testing.assert_array_equal(v[-1], sequential[131])
+    np.testing.assert_array_equal(v.get_frames([9, 2, 9]), sequential[[9, 2, 9]])
+
+
+def test_uniform_sampling_indices():
+    v = Video(np.zeros((100, 8, 8, 3), np.uint8))
+    assert v.sample_indices(4) == [12, 37, 62, 87]
+    assert v.sample(4).shape == (4, 8, 8, 3)
+
+
+def test_write_then_read_roundtrip(tmp_path):
+    frames = _moving_square()
+    out = write_video(tmp_path / "a.mp4", frames, fps=12)
+    v = Video(out)
+    assert (len(v), v.fps, v.size) == (40, 12.0, (64, 80))
+    err = np.abs(v.get_frames(range(40)).astype(int) - frames).mean()
+    assert err < 3, err
+    assert [p.name for p in tmp_path.iterdir()] == ["a.mp4"]
+
+
+def test_write_streams_from_a_generator_and_pads_odd_sizes(tmp_path):
+    out = write_video(tmp_path / "g.mp4", (np.full((31, 45, 3), i, np.uint8) for i in range(5)), fps=5)
+    v = Video(out)
+    assert len(v) == 5 and v.size == (32, 46)
+
+
+def test_resize_on_decode_keeps_aspect_ratio(tmp_path):
+    out = write_video(tmp_path / "a.mp4", _moving_square(), fps=10)
+    assert Video(out, height=32).size == (32, 40)
+    assert Video(out, width=40).size == (32, 40)
+    assert Video(out, height=16, width=16)[0].shape == (16, 16, 3)
+
+
+def test_frame_folder_and_single_image(tmp_path):
+    from PIL import Image
+
+    frames = _moving_square(t=12)
+    for i, f in enumerate(frames):  # natural sort: 2 before 10
+        Image.fromarray(f).save(tmp_path / f"f{i}.png")
+    v = Video(tmp_path, fps=6)
+    assert len(v) == 12 and v.fps == 6
+    np.testing.assert_array_equal(v[10], frames[10])
+    img = Video(tmp_path / "f3.png")
+    assert len(img) == 1 and np.array_equal(img[0], frames[3])
+
+
+def test_windows_stream_bounded_chunks():
+    v = Video(np.arange(10 * 4 * 4 * 3, dtype=np.uint64).astype(np.uint8).reshape(10, 4, 4, 3))
+    chunks = list(v.windows(4, stride=3))
+    assert [s for s, _ in chunks] == [0, 3, 6, 9]
+    assert [len(c) for _, c in chunks] == [4, 4, 4, 1]
+
+
+# ---- bad inputs: a typed error that names the input
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(VideoOpenError, match="nope.mp4"):
+        Video(tmp_path / "nope.mp4")
+
+
+def test_text_file_renamed_mp4(tmp_path):
+    bad = tmp_path / "notes.mp4"
+    bad.write_text("this is not a video\n" * 100)
+    with pytest.raises(VideoOpenError, match="notes.mp4"):
+        Video(bad)
+    pytest.importorskip("decord")
+    with pytest.raises(VideoOpenError, match="notes.mp4"):
+        Video(bad, backend="decord")
+
+
+def test_truncated_mp4(tmp_path):
+    good = write_video(tmp_path / "good.mp4", _moving_square(t=60), fps=10)
+    data = good.read_bytes()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(data[: len(data) // 2])
+    # faststart puts the index first, so the file opens but its tail frames are gone
+    with pytest.raises((VideoOpenError, VideoDecodeError), match="cut.mp4"):
+        v = Video(cut)
+        v.get_frames(range(len(v)))
+    tiny = tmp_path / "tiny.mp4"
+    tiny.write_bytes(data[:100])
+    with pytest.raises(VideoOpenError, match="tiny.mp4"):
+        Video(tiny)
+
+
+def test_zero_frame_video(tmp_path):
+    suffix = ".mp4"
+    import av
+
+    path = tmp_path / f"empty{suffix}"
+    c = av.open(str(path), "w")  # a valid container, encoder opened, no frame ever written
+    s = c.add_stream("libx264", rate=10)
+    s.width, s.height, s.pix_fmt = 64, 64, "yuv420p"
+    c.start_encoding()
+    c.close()
+    with pytest.raises(EmptyVideoError, match=f"empty{suffix}"):
+        Video(path)
+    (tmp_path / "frames").mkdir()
+    with pytest.raises(EmptyVideoError, match="frames"):
+        Video(tmp_path / "frames")
+
+
+@pytest.mark.parametrize("kwargs,name", [({"height": 0}, "height"), ({"width": -5}, "width"),
+                                          ({"height": 10**6}, "height"), ({"fps": 0}, "fps"), ({"backend": "ffmpeg"}, "backend")])
+def test_absurd_arguments(kwargs, name):
+    with pytest.raises(InputError, match=name):
+        Video(np.zeros((2, 8, 8, 3), np.uint8), **kwargs)
+
+
+def test_out_of_range_indices():
+    v = Video(np.zeros((5, 8, 8, 3), np.uint8))
+    with pytest.raises(FrameIndexError, match="5 frames"):
+        v[5]
+    with pytest.raises(FrameIndexError):
+        v.get_frames([0, -6])
+    with pytest.raises(InputError):
+        v.sample(0)
+
+
+def test_bad_arrays():
+    with pytest.raises(InputError, match="dtype"):
+        Video(np.zeros((2, 8, 8, 3), np.float32))
+    with pytest.raises(InputError, match="shape"):
+        Video(np.zeros((2, 8, 8), np.uint8))
+
+
+def test_failed_write_leaves_nothing(tmp_path):
+    def frames():
+        yield np.zeros((16, 16, 3), np.uint8)
+        yield np.zeros((16, 16, 3), np.uint8)
+        raise RuntimeError("renderer crashed")
+
+    with pytest.raises(RuntimeError):
+        write_video(tmp_path / "out.mp4", frames())
+    with pytest.raises(InputError, match="frames\\[1\\]"):
+        write_video(tmp_path / "out.mp4", [np.zeros((16, 16, 3), np.uint8), np.zeros((8, 8, 3), np.uint8)])
+    with pytest.raises(InputError, match="frames"):
+        write_video(tmp_path / "out.mp4", [])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_same_frames_in_a_fresh_process(tmp_path):
+    path = need(BBB)
+    code = f"from core.video import Video; import hashlib; print(hashlib.sha1(Video({str(path)!r}).get_frames([3, 99]).tobytes()).hexdigest())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    import hashlib
+
+    assert out == hashlib.sha1(Video(path).get_frames([3, 99]).tobytes()).hexdigest()
