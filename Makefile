@@ -28,6 +28,7 @@ serve: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.video_io
+	$(PY) -m benchmarks.worldgen
 
 weights: $(STAMP)
 	@echo "no built-in models to train yet"

@@ -114,10 +114,8 @@ def _batch_verbs() -> list[str]:
 
 
 def _add_worldgen(sub) -> None:
-    try:
-        from worldgen import cli as worldgen_cli
-    except ImportError:  # worldgen not built yet in this checkout
-        return
+    from worldgen import cli as worldgen_cli
+
     p = sub.add_parser("worldgen", help="synthetic-world datasets and previews", description=(worldgen_cli.__doc__ or "").strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
     worldgen_cli.add_arguments(p)
     p.set_defaults(func=worldgen_cli.run)

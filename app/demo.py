@@ -56,14 +56,27 @@ def run_demo(out: str | Path, video: str | Path | None = None) -> Path:
         images=[sheet["contact_sheet"]], videos=[ov["output"]], data=info,
         command=f"atelier video sample {video} -n 8 && atelier video overlay {video} --motion",
     ))
+    logger.info("worldgen previews")
     _add_worldgen(gallery, out)
     return gallery.write()
 
 
 def _add_worldgen(gallery: Gallery, out: Path) -> None:
-    try:
-        from worldgen.cli import preview_gallery
-    except ImportError:
-        return
-    for section in preview_gallery(out / "worldgen"):
-        gallery.add(section)
+    """Two held-out samples of every worldgen task, with their annotations drawn on top."""
+    from worldgen import tasks
+    from worldgen.preview import write_preview
+    from worldgen.tasks.base import split_seed
+
+    for name in tasks.NAMES:
+        mod = tasks.get(name)
+        cfg = mod.Config()
+        samples = [mod.generate(split_seed("val", 0, i), cfg) for i in range(2)]
+        page = write_preview(out / "worldgen" / name, name, samples)
+        sheets = sorted(page.parent.glob("*.png"))[:2]
+        gallery.add(Section(
+            f"worldgen: {name}",
+            f"Synthetic-world task '{name}' (val split): masks, boxes and skeletons are the exact ground truth. "
+            f"All samples: {page.relative_to(out)}",
+            images=[str(p) for p in sheets],
+            command=f"atelier worldgen {name} --n 2 --split val -o outputs/worldgen/{name} --preview",
+        ))

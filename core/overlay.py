@@ -113,13 +113,13 @@ def draw_skeleton(frames: np.ndarray, keypoints: np.ndarray, min_visibility: flo
     return video[0] if single else video
 
 
-def draw_caption(frames: np.ndarray, text: str, position: str = "bottom") -> np.ndarray:
-    """Write ``text`` on a dark band at the top or bottom of every frame, scaled to the frame width."""
+def draw_caption(frames: np.ndarray, text: str, position: str = "bottom", scale: float | None = None) -> np.ndarray:
+    """Write ``text`` on a dark band at the top or bottom of every frame, scaled to the frame size."""
     if position not in ("top", "bottom"):
         raise InputError("position", position, "use 'top' or 'bottom'")
     video, single = _as_video(frames)
     h, w = video.shape[1:3]
-    scale = max(0.3, w / 900)
+    scale = scale or max(0.3, min(w / 900, h / 300))
     thick = max(1, int(round(scale * 2)))
     (tw, th), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, thick)
     if tw > w - 8:  # shrink long text to fit rather than clip it
@@ -131,6 +131,15 @@ def draw_caption(frames: np.ndarray, text: str, position: str = "bottom") -> np.
         frame[y0 : y0 + band] = (frame[y0 : y0 + band] * 0.35).astype(np.uint8)
         cv2.putText(frame, text, (4, y0 + th + 4), cv2.FONT_HERSHEY_SIMPLEX, scale, (255, 255, 255), thick, cv2.LINE_AA)
     return video[0] if single else video
+
+
+def add_caption_band(image: np.ndarray, text: str) -> np.ndarray:
+    """Append a dark band with ``text`` below an ``(H, W, 3)`` image, leaving the image uncovered."""
+    image, _ = _as_video(image, "image")
+    image = image[0]
+    band_h = max(18, min(40, image.shape[1] // 40))
+    band = np.zeros((band_h, image.shape[1], 3), np.uint8)
+    return np.concatenate([image, draw_caption(band, text, "top", scale=band_h / 44)])
 
 
 def _label(frame: np.ndarray, text: str, org: tuple[int, int], color) -> None:

@@ -139,8 +139,10 @@ class Video:
         if not idx:
             return np.zeros((0, *self._out_size, 3), np.uint8)
         wanted = sorted(set(idx))
-        decoded = dict(zip(wanted, self._reader.read(wanted, self._out_size)))
-        return np.stack([decoded[i] for i in idx])
+        frames = self._reader.read(wanted, self._out_size)
+        if wanted == idx:  # the common case (sorted, no repeats): no extra copy
+            return frames
+        return frames[np.searchsorted(wanted, idx)]
 
     def sample_indices(self, n: int) -> list[int]:
         """``n`` uniformly spaced indices: the centre frame of each of ``n`` equal segments."""
@@ -172,8 +174,8 @@ class Video:
             yield s, self.get_frames(range(s, min(s + window, stop)))
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        for _, chunk in self.windows(32):
-            yield from chunk
+        """Every frame in order, one ``(H, W, 3)`` array at a time."""
+        return self._reader.iter_frames(0, len(self), self._out_size)
 
     # ---- lifecycle
     def close(self) -> None:
@@ -254,9 +256,14 @@ class _Reader:
     src_size: tuple[int, int]
     codec: str | None = None
 
-    def read(self, indices: Sequence[int], size: tuple[int, int]) -> list[np.ndarray]:
-        """Frames at sorted, unique, in-range ``indices``, resized to ``size``."""
+    def read(self, indices: Sequence[int], size: tuple[int, int]) -> np.ndarray:
+        """Frames at sorted, unique, in-range ``indices``, resized to ``size``, as ``(N, H, W, 3)``."""
         raise NotImplementedError
+
+    def iter_frames(self, start: int, stop: int, size: tuple[int, int]) -> Iterator[np.ndarray]:
+        """Frames ``start..stop-1`` one by one; readers that decode per frame avoid a batch copy."""
+        for s in range(start, stop, 32):
+            yield from self.read(range(s, min(s + 32, stop)), size)
 
     def close(self) -> None:
         pass
@@ -276,7 +283,9 @@ class _ArrayReader(_Reader):
         self.num_frames, self.src_size = arr.shape[0], arr.shape[1:3]
 
     def read(self, indices, size):
-        return [_resize(self.arr[i], size) for i in indices]
+        if tuple(self.src_size) == tuple(size):
+            return self.arr[list(indices)]
+        return np.stack([_resize(self.arr[i], size) for i in indices])
 
 
 class _ImageFilesReader(_Reader):
@@ -302,7 +311,7 @@ class _ImageFilesReader(_Reader):
             if frame.shape[:2] != tuple(self.src_size):
                 raise VideoDecodeError(self.files[i], f"frame size {frame.shape[:2]} differs from the first frame's {tuple(self.src_size)}")
             out.append(_resize(frame, size))
-        return out
+        return np.stack(out)
 
 
 class _PyAVReader(_Reader):
@@ -342,6 +351,9 @@ class _PyAVReader(_Reader):
         rate = self.stream.average_rate or self.stream.guessed_rate
         self.fps = float(rate) if rate else 30.0
         self.src_size = (self.stream.codec_context.height, self.stream.codec_context.width)
+        from av.video.reformatter import VideoReformatter
+
+        self._reformatter = VideoReformatter()
         self._frames: Iterator | None = None  # live decode iterator
         self._last_pts: int | None = None  # pts of the frame it produced last
 
@@ -357,32 +369,39 @@ class _PyAVReader(_Reader):
         k = self.keyframes[max(0, bisect.bisect_right(self.keyframes, target_pts) - 1)]
         return k > self._last_pts
 
-    def read(self, indices, size):
+    def _frame_at(self, i: int):
+        """The decoded ``av.VideoFrame`` with index ``i``: decode forward, or seek first if cheaper."""
         import av
 
-        out = []
-        for i in indices:
-            target = self.pts[i]
-            if self._needs_seek(target):
-                self._seek(target)
-            try:
-                for frame in self._frames:
-                    if frame.pts is None:
-                        continue
-                    self._last_pts = frame.pts
-                    if frame.pts >= target:
-                        break
-                else:
-                    frame = None
-            except av.FFmpegError as e:
-                self._frames = None
-                raise VideoDecodeError(self.source, f"frame {i} could not be decoded ({e})", "the file may be truncated or corrupt") from None
-            if frame is None:
-                self._frames = None
-                raise VideoDecodeError(self.source, f"frame {i} could not be decoded (stream ended early)", "the file may be truncated")
-            h, w = size
-            out.append(frame.to_ndarray(format="rgb24", width=w, height=h))
+        target = self.pts[i]
+        if self._needs_seek(target):
+            self._seek(target)
+        try:
+            for frame in self._frames:
+                if frame.pts is None:
+                    continue
+                self._last_pts = frame.pts
+                if frame.pts >= target:
+                    return frame
+        except av.FFmpegError as e:
+            self._frames = None
+            raise VideoDecodeError(self.source, f"frame {i} could not be decoded ({e})", "the file may be truncated or corrupt") from None
+        self._frames = None
+        raise VideoDecodeError(self.source, f"frame {i} could not be decoded (stream ended early)", "the file may be truncated")
+
+    def _rgb(self, frame, size) -> np.ndarray:
+        # one reusable reformatter: PyAV builds a new swscale context per frame otherwise (2x slower)
+        return self._reformatter.reformat(frame, width=size[1], height=size[0], format="rgb24").to_ndarray()
+
+    def read(self, indices, size):
+        out = np.empty((len(indices), size[0], size[1], 3), np.uint8)
+        for k, i in enumerate(indices):
+            out[k] = self._rgb(self._frame_at(i), size)
         return out
+
+    def iter_frames(self, start, stop, size):
+        for i in range(start, stop):
+            yield self._rgb(self._frame_at(i), size)
 
     def close(self):
         self.container.close()
@@ -421,7 +440,7 @@ class _DecordReader(_Reader):
             batch = self._reader_for(tuple(size)).get_batch(list(indices)).asnumpy()
         except (self._decord.DECORDError, RuntimeError) as e:
             raise VideoDecodeError(self.source, f"frames could not be decoded ({str(e).splitlines()[0]})", "the file may be truncated or corrupt") from None
-        return list(batch)
+        return batch
 
     def close(self):
         self._vr_cache.clear()

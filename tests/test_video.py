@@ -189,3 +189,11 @@ def test_same_frames_in_a_fresh_process(tmp_path):
     import hashlib
 
     assert out == hashlib.sha1(Video(path).get_frames([3, 99]).tobytes()).hexdigest()
+
+
+def test_iteration_matches_random_access():
+    path = need(BBB)
+    v = Video(path, height=72)
+    frames = list(v)
+    assert len(frames) == 132 and frames[0].shape == (72, 128, 3)
+    np.testing.assert_array_equal(v.get_frames([0, 64, 131]), np.stack([frames[0], frames[64], frames[131]]))
