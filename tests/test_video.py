@@ -197,3 +197,34 @@ def test_iteration_matches_random_access():
     frames = list(v)
     assert len(frames) == 132 and frames[0].shape == (72, 128, 3)
     np.testing.assert_array_equal(v.get_frames([0, 64, 131]), np.stack([frames[0], frames[64], frames[131]]))
+
+
+def _encode(path, codec, fmt, frames, fps=10):
+    import av
+
+    with av.open(str(path), "w", format=fmt) as c:
+        s = c.add_stream(codec, rate=fps)
+        s.width, s.height, s.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p" if codec != "mjpeg" else "yuvj420p"
+        for f in frames:
+            c.mux(s.encode(av.VideoFrame.from_ndarray(f, format="rgb24")))
+        c.mux(s.encode(None))
+    return path
+
+
+@pytest.mark.parametrize("suffix,codec,fmt", [(".mkv", "libx264", "matroska"), (".webm", "libvpx-vp9", "webm"),
+                                              (".avi", "mpeg4", "avi"), (".avi", "mjpeg", "avi")])
+def test_other_containers_read_and_seek(tmp_path, suffix, codec, fmt):
+    frames = _moving_square(t=24)
+    path = _encode(tmp_path / f"clip{suffix}", codec, fmt, frames)
+    v = Video(path)
+    assert len(v) == 24 and v.size == (64, 80) and abs(v.fps - 10) < 1e-6
+    seq = np.stack(list(v))
+    np.testing.assert_array_equal(v.get_frames([20, 3, 11]), seq[[20, 3, 11]])
+    assert np.abs(seq.astype(int) - frames).mean() < 6  # lossy codecs, same content
+
+
+def test_mkv_output(tmp_path):
+    out = write_video(tmp_path / "a.mkv", _moving_square(t=10), fps=10)
+    assert len(Video(out)) == 10
+    with pytest.raises(InputError, match="suffix"):
+        write_video(tmp_path / "a.gif", _moving_square(t=2))

@@ -97,3 +97,21 @@ def test_cli_surface():
     args = p.parse_args(["vrs", "--n", "2", "-o", "x", "--split", "val", "--json"])
     assert args.task == "vrs" and args.split == "val" and args.size is None
     assert cli.run(p.parse_args(["vrs", "--n", "0", "-o", "x"])) == 2
+
+
+def test_cli_writes_davis_tree_readable_by_core(tmp_path, capsys):
+    import json
+
+    from app.cli import main
+    from core.masks import read_mask_folder
+    from core.video import Video
+
+    assert main(["worldgen", "vrs", "--n", "1", "--split", "test", "-o", str(tmp_path), "--davis", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    record = json.loads((tmp_path / "test.jsonl").read_text().splitlines()[0])
+    clip = Video(tmp_path / record["files"]["video"])
+    seq = tmp_path / "test" / "davis"
+    frames = Video(seq / "JPEGImages" / "480p" / "000000_video")
+    ids = read_mask_folder(seq / "Annotations" / "480p" / "000000_video")
+    assert len(frames) == len(clip) == len(ids) and summary["n"] == 1
+    assert record["target_id"] in set(np.unique(ids).tolist())

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from core.atomic import atomic_path, write_json_atomic
 from worldgen import tasks
-from worldgen.export import export_sample, jsonl_line
+from worldgen.export import export_sample, jsonl_line, write_davis
 from worldgen.tasks.base import SPLIT_OFFSETS, split_seed
 
 logger = logging.getLogger("worldgen")
@@ -34,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", type=int, default=None, help="difficulty level 1-3 (default: the task's)")
     parser.add_argument("--split", choices=sorted(SPLIT_OFFSETS), default="train", help="seed range to draw from")
     parser.add_argument("--masks", action="store_true", help="also write every clip's id maps as DAVIS palette PNGs")
+    parser.add_argument("--davis", action="store_true", help="also write a DAVIS-style tree: DIR/<split>/davis/{JPEGImages,Annotations}/480p/<clip>/")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--preview", action="store_true", help="write DIR/preview/index.html with annotated samples")
 
@@ -68,6 +69,9 @@ def run(args) -> int:
     for i in _progress(range(args.n), args.task):
         sample = mod.generate(split_seed(args.split, args.seed, i), cfg)
         rec = export_sample(sample, media, f"{i:06d}", masks=args.masks)
+        if getattr(args, "davis", False):
+            for name, world in sample.worlds.items():
+                write_davis(world, media / "davis", f"{i:06d}_{name}")
         rec["files"] = {k: f"{args.split}/{v}" for k, v in rec["files"].items()}
         lines.append(jsonl_line(rec))
         if args.preview and len(samples) < 4:
