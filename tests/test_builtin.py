@@ -1,0 +1,76 @@
+"""The builtin backend behind the VisionLanguageModel protocol (random weights: behaviour, not quality)."""
+
+import numpy as np
+import pytest
+import torch
+
+from planners.builtin import BuiltinVisionLanguageModel, question_from_prompt
+from planners.builtin.vit import BuiltinViT, ViTConfig
+from planners.builtin.vlm import BuiltinVLMModel, VLMConfig
+from planners.protocol import VisionLanguageModel, format_mcq_prompt
+
+TINY_VIT = ViTConfig(width=32, depth=1, heads=2)
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory):
+    torch.manual_seed(0)
+    model = BuiltinVLMModel(VLMConfig(d_model=32, layers=1, heads=2, vit=TINY_VIT, vocab=["<pad>", "<bos>", "<eos>", "a", "red", "circle"]))
+    path = tmp_path_factory.mktemp("builtin") / "vlm"
+    model.save_pretrained(path)
+    return BuiltinVisionLanguageModel.from_pretrained(path)
+
+
+def _frames(t, size=64, seed=0):
+    return np.random.default_rng(seed).integers(0, 255, (t, size, size, 3), dtype=np.uint8)
+
+
+def test_protocol_and_posterior(vlm):
+    assert isinstance(vlm, VisionLanguageModel) and vlm.backend == "builtin"
+    opts = ["red", "green", "blue", "white"]
+    prompt = format_mcq_prompt("Which colour never appears?", opts)
+    for frames in (_frames(1)[0], _frames(4), _frames(12, 32)):
+        logp = vlm.option_posterior(frames, prompt, opts)
+        assert logp.shape == (4,) and abs(np.exp(logp).sum() - 1) < 1e-9
+        np.testing.assert_array_equal(logp, vlm.option_posterior(frames, prompt, opts))  # deterministic
+    assert question_from_prompt(prompt) == "Which colour never appears?"
+
+
+def test_generate_encode_and_flops(vlm):
+    assert isinstance(vlm.generate(_frames(4), "Describe the video."), str)
+    img = vlm.encode_images(_frames(3))
+    txt = vlm.encode_text(["a red circle", "a blue star"])
+    assert img.shape == (3, 384) and txt.shape == (2, 384)
+    np.testing.assert_allclose(np.linalg.norm(img, axis=1), 1, atol=1e-5)
+    assert vlm.count_tokens(12, "q", (32, 32)) - vlm.count_tokens(0, "q", (32, 32)) == 12 * 4
+    assert vlm.count_tokens(1, "q", (64, 64)) - vlm.count_tokens(0, "q", (64, 64)) == 16
+    assert vlm.flops(2, "q") < vlm.flops(4, "q") < vlm.flops(8, "q")
+    assert vlm.flops(12, "q", (32, 32)) < vlm.flops(12, "q", (64, 64)) / 3  # probes at half size are much cheaper
+
+
+def test_odd_sizes_are_resized_and_roundtrip(vlm, tmp_path):
+    opts = ["a", "b"]
+    a = vlm.option_posterior(_frames(2, 50), "Question: x", opts)
+    assert a.shape == (2,)
+    vlm.save_pretrained(tmp_path / "again")
+    b = BuiltinVisionLanguageModel.from_pretrained(tmp_path / "again")
+    np.testing.assert_allclose(b.option_posterior(_frames(2, 50), "Question: x", opts), a)
+
+
+def test_missing_weights_error(tmp_path):
+    from core.errors import MediaError
+
+    with pytest.raises(MediaError, match="make weights"):
+        BuiltinVisionLanguageModel.from_pretrained(tmp_path)
+
+
+def test_vit_embeds_at_two_resolutions(tmp_path):
+    torch.manual_seed(0)
+    vit = BuiltinViT(TINY_VIT)
+    assert vit.embed(_frames(2, 64)).shape == (2, 384) and vit.embed(_frames(2, 32)).shape == (2, 384)
+    vit.save_pretrained(tmp_path / "vit")
+    np.testing.assert_allclose(BuiltinViT.from_pretrained(tmp_path / "vit").embed(_frames(1)), vit.embed(_frames(1)), atol=1e-6)
+    from core.errors import InputError
+
+    with pytest.raises(InputError, match="multiples"):
+        vit.embed(_frames(1, 60))
