@@ -59,12 +59,21 @@ def _video_overlay(args: dict, out: Path) -> dict:
     return video_tools.overlay(out=out / "overlay.mp4", **args)
 
 
+def _ask(args: dict, out: Path) -> dict:
+    from app.ask import ask
+
+    # the runner writes its own result.json into ``out``: the full GridProbe output goes one level down
+    args.setdefault("progress", False)
+    return ask(out_dir=out / "gridprobe", **args)
+
+
 VERBS: dict[str, BatchVerb] = {
     v.name: v
     for v in (
         BatchVerb("video.probe", _video_probe, "metadata of a video: args {video}"),
         BatchVerb("video.sample", _video_sample, "uniform frames + contact sheet: args {video, n, height}"),
         BatchVerb("video.overlay", _video_overlay, "overlay video: args {video, masks|motion, caption}"),
+        BatchVerb("ask", _ask, "GridProbe video QA: args {video, question, options, grid, probe_scale, vlm, answerer, ...}"),
     )
 }
 

@@ -18,9 +18,11 @@ Atelier: staged video/vision pipelines (planners, renderers, trackers), offline 
 
 Verbs:
   info       versions, device, backends and the weights found
+  ask        answer a multiple-choice question about a long video (GridProbe: picks its own frames)
   video      video utilities: probe (metadata), sample (frames + contact sheet), overlay (masks/captions)
   batch      run any verb over a JSONL manifest, resumably, one result folder per item
   worldgen   generate synthetic-world datasets (masks, keypoints, tasks) and preview galleries
+  train      train a built-in model (vit, vlm) on worldgen, with evaluation and a model card
   serve      start the web demo on http://127.0.0.1:7860
   demo       run the showcase jobs and write a gallery page (outputs/demo/index.html)
 
@@ -33,6 +35,7 @@ examples:
   atelier video probe clip.mp4
   atelier video sample clip.mp4 -n 16 -o frames/
   atelier video overlay clip.mp4 --motion --caption "moving parts" -o overlay.mp4
+  atelier ask clip.mp4 -q "What colour is the ball?" --options red green blue --grid 8 -o answer/
   atelier batch jobs.jsonl -o out/          # re-run the same line to resume
 """
 
@@ -51,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="versions, device, backends, weights", description="Print versions, the compute device, available backends and the weights Atelier can find.")
     _add_common(p)
     p.set_defaults(func=_cmd_info)
+
+    _add_ask(sub)
 
     video = sub.add_parser("video", help="video utilities (probe, sample, overlay)", description="Video utilities built on core.Video (decord/PyAV, real seeking, bounded memory).")
     vsub = video.add_subparsers(dest="tool", metavar="TOOL", required=True)
@@ -94,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--max-video-seconds", type=float, default=600.0, help="reject longer uploads (default 600)")
     p.add_argument("--max-file-size", default="500mb", help="upload size limit (default 500mb)")
+    p.add_argument("--vlm", action="append", default=[], metavar="PATH", help="also offer this VLM checkpoint (directory or HF cache id) in the web tabs; repeatable")
     _add_common(p)
     p.set_defaults(func=_cmd_serve)
 
@@ -103,8 +109,69 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=_cmd_demo)
 
+    p = sub.add_parser("train", help="train a built-in model (vit, vlm)", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Train a built-in model from scratch on worldgen data streamed on the fly (no dataset files), "
+                                   "evaluate it on held-out seeds and write weights, eval.json and card.md. Resumes from OUT/run/checkpoint.",
+                       epilog="examples:\n  atelier train vit --out weights/builtin/vit\n  atelier train vlm --vit weights/builtin/vit --out weights/builtin/vlm")
+    p.add_argument("model", choices=["vit", "vlm"], help="which built-in model")
+    p.add_argument("--out", help="output folder (default weights/builtin/MODEL)")
+    p.add_argument("--steps", type=int, help="optimisation steps (default: the model's recipe)")
+    p.add_argument("--vit", default="weights/builtin/vit", help="trained ViT folder (vlm only)")
+    p.add_argument("--no-resume", action="store_true", help="start over instead of resuming a checkpoint")
+    _add_common(p)
+    p.set_defaults(func=_cmd_train)
+
     _add_worldgen(sub)
     return parser
+
+
+ASK_EPILOG = """\
+examples:
+  atelier ask talk.mp4 -q "What does the speaker hold?" --options "a pen" "a cup" "a phone"
+  atelier ask talk.mp4 -q "..." --options A B C D --vlm /models/Qwen3-VL-2B-Instruct --answerer /models/Qwen3-VL-8B-Instruct
+  atelier ask talk.mp4 -q "..." --options A B C D --grid 16 --probe-scale 0.5 --json -o out/
+
+Put VIDEO before --options (which takes every word after it). The answer is read from the
+answer-letter posterior, never generated text. Compute is the language model's analytic FLOPs
+(vision tower excluded, as in the paper), next to one full-frame pass on all K² frames.
+"""
+
+# mirrored from pipelines.gridprobe (not imported here: building the parser stays fast)
+BUDGET_RULES = ("skew", "pr", "mean", "otsu")
+TIE_BREAKS = ("stable", "spread")
+PROMPT_STYLES = ("default", "videomme_v2", "longvideobench")
+
+
+def _add_ask(sub) -> None:
+    p = sub.add_parser(
+        "ask", help="answer a multiple-choice question about a video (GridProbe)", epilog=ASK_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="GridProbe: probe a KxK grid of K² uniformly sampled frames with 2K cheap passes (rows, columns), "
+                    "build a frame-importance map from the answer posteriors, pick a per-question number of frames "
+                    "from the map's shape, and answer with one focused pass on those frames.",
+    )
+    p.add_argument("video", help="video file, folder of frames, or image")
+    p.add_argument("-q", "--question", required=True, help="the question")
+    p.add_argument("--options", nargs="+", required=True, metavar="OPTION", help="2 to 10 answer options, lettered A, B, ...")
+    p.add_argument("--grid", "-K", type=int, help="grid side K: K² frames in the pool, 2K probes (default 12)")
+    p.add_argument("--probe-scale", type=float, help="probe resolution as a fraction of the source side, in (0, 1] (default 1)")
+    p.add_argument("--focus-scale", type=float, help="focused-pass resolution as a fraction of the source side (default 1)")
+    p.add_argument("--budget-rule", choices=BUDGET_RULES, help="how many frames the focused pass gets (default skew, the paper's)")
+    p.add_argument("--gamma", type=float, help="gamma of the budget rule (default 3.0)")
+    p.add_argument("--min-frames", type=int, help="fewest frames for the focused pass (default 2)")
+    p.add_argument("--max-frames", type=int, help="most frames for the focused pass (default K²)")
+    p.add_argument("--tie-break", choices=TIE_BREAKS, help="order of equally important frames (default stable, the reference's)")
+    p.add_argument("--prompt-style", choices=PROMPT_STYLES, help="MCQ prompt wording (default: lmms-eval's)")
+    p.add_argument("--vlm", help="selector VLM: 'builtin' (default) or a transformers checkpoint directory / HF cache id")
+    p.add_argument("--answerer", help="VLM for the focused pass (default: the selector)")
+    p.add_argument("--pipeline", metavar="DIR", help="a saved GridProbe pipeline (directory with pipeline.json)")
+    p.add_argument("--device", help="cuda, mps or cpu (default: the best available)")
+    p.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bfloat16 on CUDA, float32 otherwise)")
+    p.add_argument("--seed", type=int, help="seed Python, NumPy and torch first")
+    p.add_argument("-o", "--out", help="save result.json, config.json, importance_map.png and selected_frames.png here")
+    p.add_argument("--no-progress", action="store_true", help="hide the probe progress bar")
+    _add_common(p)
+    p.set_defaults(func=_cmd_ask)
 
 
 def _batch_verbs() -> list[str]:
@@ -136,6 +203,20 @@ def _cmd_info(args) -> int:
 
     info = collect_info()
     _emit(args, info, format_info(info))
+    return 0
+
+
+def _cmd_ask(args) -> int:
+    from app.ask import ask, format_summary
+
+    res = ask(
+        args.video, args.question, args.options, out_dir=args.out, vlm=args.vlm, answerer=args.answerer,
+        pipeline=args.pipeline, device=args.device, dtype=args.dtype, seed=args.seed, progress=not args.no_progress,
+        grid=args.grid, probe_scale=args.probe_scale, focus_scale=args.focus_scale, budget_rule=args.budget_rule,
+        gamma=args.gamma, min_frames=args.min_frames, max_frames=args.max_frames, tie_break=args.tie_break,
+        prompt_style=args.prompt_style,
+    )
+    _emit(args, res, format_summary(res))
     return 0
 
 
@@ -174,7 +255,22 @@ def _cmd_batch(args) -> int:
 def _cmd_serve(args) -> int:
     from app.web import launch
 
-    launch(host=args.host, port=args.port, max_video_seconds=args.max_video_seconds, max_file_size=args.max_file_size)
+    launch(host=args.host, port=args.port, max_video_seconds=args.max_video_seconds, max_file_size=args.max_file_size,
+           models=("builtin", *args.vlm))
+    return 0
+
+
+def _cmd_train(args) -> int:
+    out = args.out or f"weights/builtin/{args.model}"
+    if args.model == "vit":
+        from training.vit import train_vit
+
+        metrics = train_vit(out, **({"steps": args.steps} if args.steps else {}), resume=not args.no_resume)
+    else:
+        from training.vlm import train_vlm
+
+        metrics = train_vlm(out, args.vit, **({"steps": args.steps} if args.steps else {}), resume=not args.no_resume)
+    _emit(args, metrics)
     return 0
 
 

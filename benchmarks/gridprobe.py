@@ -1,0 +1,316 @@
+"""Benchmark GridProbe against its baselines on held-out synthetic long-video questions.
+
+    python -m benchmarks.gridprobe [--vlm builtin|PATH] [--answerer PATH] [--n 60] [--grids 6,8,12,16]
+                                   [--probe-scales 1,0.5,0.25] [--levels 1,2,3] [--out outputs/bench/gridprobe]
+
+Questions: worldgen ``longqa`` items of the **test** split (seeds ``split_seed("test", seed, i)``,
+never seen in training), levels cycled (1: 1,000 frames / 4 options, 2: 2,000 / 6, 3: 4,000 / 8),
+kinds as drawn by the generator (needle, counting, order, negation, holistic). Frames are rendered
+lazily: only the K² pool frames of each clip are ever drawn.
+
+Methods (``pipelines.gridprobe.baselines``): GridProbe and the probe ensemble per probe scale,
+full-frame, uniform-M (fixed budget), and uniform / random / encoder-similarity at GridProbe's
+M_eff. One pool fetch and one probe run per (question, K, probe scale) feed every method.
+
+Writes ``results.json`` (every per-question row and the summary), ``results.md`` (accuracy with
+Wilson 95% intervals, mean TFLOPs, ratio to full-frame, per-kind and per-level accuracy, the
+Spearman correlation between M_eff and difficulty level) and ``pareto.png`` (accuracy vs TFLOPs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import platform
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+logger = logging.getLogger("benchmarks.gridprobe")
+
+
+class WorldFrames:
+    """A ``worldgen`` world as a GridProbe frame source: frames are rendered on request, one by one."""
+
+    def __init__(self, world):
+        self.world = world
+
+    def __len__(self) -> int:
+        return self.world.num_frames
+
+    def get_frames(self, indices) -> np.ndarray:
+        return np.stack([self.world.render(int(t), annotations=False).rgb for t in indices])
+
+
+def spearman(x, y) -> float:
+    """Spearman rank correlation with average ranks for ties; NaN when either side is constant."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
+        return float("nan")
+    return float(np.corrcoef(_ranks(x), _ranks(y))[0, 1])
+
+
+def _ranks(v: np.ndarray) -> np.ndarray:
+    order = np.argsort(v, kind="stable")
+    ranks = np.empty(len(v))
+    ranks[order] = np.arange(len(v), dtype=np.float64)
+    for value in np.unique(v):  # ties share their mean rank
+        tied = v == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+# ---------------------------------------------------------------------------------- running
+
+
+def load_pipeline(args):
+    from app.ask import build_pipeline
+
+    pipe = build_pipeline(vlm=args.vlm, answerer=args.answerer, device=args.device, dtype=args.dtype)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def run(args) -> list[dict]:
+    from pipelines.gridprobe import compare_methods
+    from worldgen.tasks import longqa
+    from worldgen.tasks.base import split_seed
+
+    pipe = load_pipeline(args)
+    base = pipe.config
+    rows = []
+    for i in range(args.n):
+        level = args.levels[i % len(args.levels)]
+        seed = split_seed("test", args.seed, i)
+        sample = longqa.generate(seed, longqa.Config(level=level))
+        rec = sample.record
+        evidence = {f for a, b in rec["evidence_ranges"] for f in range(a, b)}
+        source = WorldFrames(sample.worlds["video"])
+        for K in args.grids:
+            pipe.config = dataclasses.replace(base, grid=K)
+            t0 = time.perf_counter()
+            cmp = compare_methods(pipe, source, rec["question"], rec["options"], probe_scales=args.probe_scales,
+                                  fixed_budget=args.fixed_budget, generator=seed)
+            for r in cmp.results:
+                rows.append({
+                    "item": i, "seed": seed, "level": level, "kind": rec["kind"], "K": K, "method": r.method,
+                    "probe_scale": r.probe_scale, "label": r.label, "correct": r.answer_index == rec["answer_index"],
+                    "answer_index": r.answer_index, "gold_index": rec["answer_index"], "tflops": r.tflops,
+                    "seconds": r.seconds, "n_frames": len(r.frames), "m_eff": r.m_eff,
+                    "evidence_hit": any(f in evidence for f in r.frames), "shape": r.extra.get("shape"),
+                })  # fmt: skip
+            logger.info("item %d/%d level %d %-9s K=%-2d %.1f s  gridprobe: %s", i + 1, args.n, level, rec["kind"], K,
+                        time.perf_counter() - t0,
+                        " ".join(f"{'ok' if r.answer_index == rec['answer_index'] else 'xx'}(M={r.m_eff})"
+                                 for r in cmp.results if r.method == "gridprobe"))
+    return rows
+
+
+# ---------------------------------------------------------------------------------- summarising
+
+
+def summarise(rows: list[dict]) -> dict:
+    from scorers.videoqa import accuracy_report
+
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["K"], r["label"])].append(r)
+    full = {K: np.mean([r["tflops"] for r in g]) for (K, label), g in groups.items() if label == "full_frame"}
+    methods = []
+    def order(item):  # by K, then method, then probe scale from full resolution down
+        (K, _), g = item
+        return K, _method_order(g[0]), -(g[0]["probe_scale"] or 0.0)
+
+    for (K, label), g in sorted(groups.items(), key=order):
+        rep = accuracy_report(g, by=("kind", "level"))
+        tf = rep["compute"]["mean"]
+        entry = {
+            "K": K, "label": label, "method": g[0]["method"], "probe_scale": g[0]["probe_scale"], "n": len(g),
+            "accuracy": rep["overall"].to_dict(), "mean_tflops": tf, "tflops_ci": [rep["compute"]["low"], rep["compute"]["high"]],
+            "vs_full_frame": tf / full[K] if full.get(K) else None,
+            "mean_frames": float(np.mean([r["n_frames"] for r in g])),
+            "evidence_hit": float(np.mean([r["evidence_hit"] for r in g])),
+            "mean_seconds": float(np.mean([r["seconds"] for r in g])),
+            "by_kind": {k: a.to_dict() for k, a in rep["by"]["kind"].items()},
+            "by_level": {str(k): a.to_dict() for k, a in rep["by"]["level"].items()},
+        }  # fmt: skip
+        if g[0]["method"] == "gridprobe":
+            entry["spearman_meff_level"] = spearman([r["m_eff"] for r in g], [r["level"] for r in g])
+            entry["mean_m_eff_by_level"] = {str(lv): float(np.mean([r["m_eff"] for r in g if r["level"] == lv]))
+                                            for lv in sorted({r["level"] for r in g})}
+        methods.append(entry)
+    return {"methods": methods}
+
+
+def _method_order(row: dict) -> int:
+    from pipelines.gridprobe import METHODS
+
+    return METHODS.index(row["method"])
+
+
+def _pct(a: dict) -> str:
+    return f"{100 * a['value']:.1f} [{100 * a['low']:.0f}, {100 * a['high']:.0f}]"
+
+
+def markdown(summary: dict, meta: dict) -> str:
+    ms = summary["methods"]
+    lines = [
+        "# GridProbe on worldgen longqa (test split)", "",
+        f"Command: `{meta['command']}`  ",
+        f"Questions: {meta['n']}; grids {meta['grids']}; probe scales {meta['probe_scales']}; levels {meta['levels']}; "
+        f"selector VLM `{meta['vlm']}`, answerer `{meta['answerer'] or meta['vlm']}`; {meta['seconds']:.0f} s total.", "",
+        "TFLOPs: language-model FLOPs per question (vision tower excluded, spec B.8). *_meff baselines use GridProbe's "
+        "per-question budget and are charged only their own pass. Accuracy: % with Wilson 95% interval.", "",
+        "| K | method | probe scale | accuracy % [95% CI] | mean TFLOPs | x full-frame | mean frames | evidence hit % | s / question |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for m in ms:
+        ratio = f"{m['vs_full_frame']:.3f}" if m["vs_full_frame"] is not None else "-"
+        scale = f"{m['probe_scale']:g}" if m["probe_scale"] is not None else "-"
+        lines.append(f"| {m['K']} | {m['method']} | {scale} | {_pct(m['accuracy'])} | {m['mean_tflops']:.4g} | {ratio} | "
+                     f"{m['mean_frames']:.1f} | {100 * m['evidence_hit']:.0f} | {m['mean_seconds']:.3f} |")
+    kinds = sorted({k for m in ms for k in m["by_kind"]})
+    lines += ["", "## Accuracy by question kind (%, n in brackets)", "",
+              "| K | method | probe scale | " + " | ".join(kinds) + " |", "|---|---|---|" + "---|" * len(kinds)]
+    for m in ms:
+        cells = [f"{100 * m['by_kind'][k]['value']:.0f} ({m['by_kind'][k]['n']})" if k in m["by_kind"] else "-" for k in kinds]
+        scale = f"{m['probe_scale']:g}" if m["probe_scale"] is not None else "-"
+        lines.append(f"| {m['K']} | {m['method']} | {scale} | " + " | ".join(cells) + " |")
+    levels = sorted({lv for m in ms for lv in m["by_level"]})
+    lines += ["", "## Accuracy by difficulty level, and GridProbe's budget", "",
+              "| K | method | probe scale | " + " | ".join(f"level {lv}" for lv in levels)
+              + " | mean M_eff by level | Spearman(M_eff, level) |", "|---|---|---|" + "---|" * (len(levels) + 2)]
+    for m in ms:
+        cells = [f"{100 * m['by_level'][lv]['value']:.0f}" if lv in m["by_level"] else "-" for lv in levels]
+        scale = f"{m['probe_scale']:g}" if m["probe_scale"] is not None else "-"
+        budget = ", ".join(f"{v:.1f}" for v in m.get("mean_m_eff_by_level", {}).values()) or "-"
+        rho = f"{m['spearman_meff_level']:.3f}" if "spearman_meff_level" in m else "-"
+        lines.append(f"| {m['K']} | {m['method']} | {scale} | " + " | ".join(cells) + f" | {budget} | {rho} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------- the Pareto plot
+
+COLOURS = {"gridprobe": (214, 39, 40), "probe_ensemble": (255, 127, 14), "full_frame": (31, 119, 180),
+           "uniform_m": (44, 160, 44), "uniform_meff": (148, 103, 189), "random_meff": (140, 86, 75),
+           "encoder_meff": (227, 119, 194)}
+
+
+def pareto_plot(summary: dict, path: Path, size: tuple[int, int] = (1000, 640)) -> Path:
+    """Accuracy vs mean TFLOPs (log x) for every (K, method, probe scale), the Pareto front drawn as a line.
+
+    Drawn with PIL: matplotlib is not a dependency of Atelier.
+    """
+    from PIL import Image, ImageDraw
+
+    ms = [m for m in summary["methods"] if m["mean_tflops"] > 0]
+    W, H = size
+    left, right, top, bottom = 80, 220, 40, 60
+    img = Image.new("RGB", size, "white")
+    d = ImageDraw.Draw(img)
+    if not ms:
+        d.text((W // 2 - 60, H // 2), "no data", fill="black")
+        img.save(path)
+        return path
+    xs = np.log10([m["mean_tflops"] for m in ms])
+    ys = np.array([100 * m["accuracy"]["value"] for m in ms])
+    x0 = float(np.floor(xs.min()))
+    x1 = max(float(np.ceil(xs.max())), x0 + 1)
+    y0, y1 = 0.0, 100.0
+
+    def px(x, y):
+        return (left + (x - x0) / (x1 - x0) * (W - left - right), top + (y1 - y) / (y1 - y0) * (H - top - bottom))
+
+    d.rectangle([left, top, W - right, H - bottom], outline="black")
+    for e in range(int(x0), int(x1) + 1):
+        x, _ = px(e, y0)
+        d.line([x, H - bottom, x, H - bottom + 5], fill="black")
+        d.text((x - 14, H - bottom + 8), f"1e{e}", fill="black")
+    for y in range(0, 101, 20):
+        _, yy = px(x0, y)
+        d.line([left - 5, yy, left, yy], fill="black")
+        d.line([left, yy, W - right, yy], fill=(230, 230, 230))
+        d.text((left - 32, yy - 6), f"{y}%", fill="black")
+    d.text(((W - right + left) // 2 - 90, H - 25), "mean TFLOPs per question (log)", fill="black")
+    d.text((8, top - 28), "accuracy vs compute (Pareto front in grey)", fill="black")
+    front = _pareto_front(list(zip(xs, ys)))
+    if len(front) > 1:
+        d.line([px(x, y) for x, y in front], fill=(150, 150, 150), width=2)
+    for m, x, y in zip(ms, xs, ys):
+        cx, cy = px(x, y)
+        colour = COLOURS.get(m["method"], (0, 0, 0))
+        d.ellipse([cx - 5, cy - 5, cx + 5, cy + 5], fill=colour, outline="black")
+        tag = f"K{m['K']}" + (f"@{m['probe_scale']:g}" if m["probe_scale"] is not None else "")
+        d.text((cx + 7, cy - 6), tag, fill=colour)
+    for i, (name, colour) in enumerate(COLOURS.items()):
+        y = top + 10 + 20 * i
+        d.ellipse([W - right + 15, y, W - right + 25, y + 10], fill=colour, outline="black")
+        d.text((W - right + 32, y - 1), name, fill="black")
+    img.save(path)
+    return path
+
+
+def _pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Points no other point beats on both cost (lower) and accuracy (higher), by increasing cost."""
+    front, best = [], -np.inf
+    for x, y in sorted(points, key=lambda p: (p[0], -p[1])):
+        if y > best:
+            front.append((x, y))
+            best = y
+    return front
+
+
+# ---------------------------------------------------------------------------------- CLI
+
+
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(",") if v.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--vlm", default="builtin", help="selector VLM: 'builtin' or a transformers checkpoint directory")
+    ap.add_argument("--answerer", help="VLM for every answering pass (default: the selector)")
+    ap.add_argument("--n", type=int, default=60, help="number of test questions (default 60)")
+    ap.add_argument("--grids", type=_ints, default=[6, 8, 12, 16], help="comma-separated K values (default 6,8,12,16)")
+    ap.add_argument("--probe-scales", type=_floats, default=[1.0, 0.5, 0.25], help="probe resolutions (default 1,0.5,0.25)")
+    ap.add_argument("--levels", type=_ints, default=[1, 2, 3], help="longqa levels, cycled over items (default 1,2,3)")
+    ap.add_argument("--fixed-budget", type=int, default=8, help="M of the uniform-M baseline (default 8)")
+    ap.add_argument("--seed", type=int, default=0, help="base seed inside the test split (default 0)")
+    ap.add_argument("--device")
+    ap.add_argument("--dtype")
+    ap.add_argument("--threads", type=int, help="torch CPU threads (1 is fastest for small models on a busy machine)")
+    ap.add_argument("--out", default="outputs/bench/gridprobe", help="output folder")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    rows = run(args)
+    summary = summarise(rows)
+    meta = {"command": "python -m benchmarks.gridprobe " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "n": args.n, "grids": args.grids, "probe_scales": args.probe_scales, "levels": args.levels, "vlm": args.vlm,
+            "answerer": args.answerer, "fixed_budget": args.fixed_budget, "seed": args.seed,
+            "seconds": time.perf_counter() - t0, "python": platform.python_version(), "machine": platform.machine()}
+    (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1, default=str))
+    (out / "results.md").write_text(markdown(summary, meta))
+    pareto_plot(summary, out / "pareto.png")
+    print(f"wrote {out / 'results.json'}, {out / 'results.md'} and {out / 'pareto.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""`atelier ask`, the batch verb `ask`, the GridProbe web tab, and the benchmark script at toy scale."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from app.batch import VERBS, run_batch
+from app.cli import BUDGET_RULES, PROMPT_STYLES, TIE_BREAKS, main
+from core.video import write_video
+
+ASK = ["-q", "Which object appears first?", "--options", "a red circle", "a green square", "a blue star"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    frames = np.zeros((30, 48, 64, 3), np.uint8)
+    for i in range(30):
+        frames[i, 10:30, i : i + 16] = 220
+    return write_video(tmp_path_factory.mktemp("clip") / "c.mp4", frames, fps=10)
+
+
+def test_cli_choices_mirror_the_pipeline():
+    from pipelines.gridprobe.pipeline import PROMPT_STYLES as styles
+    from pipelines.gridprobe.selection import SELECTORS, TIE_BREAKS as ties
+
+    assert set(BUDGET_RULES) == set(SELECTORS) and TIE_BREAKS == ties and PROMPT_STYLES == styles
+
+
+def test_ask_json_and_saved_output(tiny_vlm_dirs, clip, tmp_path, capsys):
+    vlm = str(tiny_vlm_dirs["qwen2.5-vl"])
+    argv = ["ask", str(clip), *ASK, "--grid", "4", "--probe-scale", "0.5", "--vlm", vlm, "--json", "--no-progress",
+            "-o", str(tmp_path / "out")]
+    assert main(argv) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["answer"] in "ABC" and sum(res["posterior"].values()) == pytest.approx(1.0, abs=1e-5)
+    assert res["pool_size"] == 16 and len(res["frames"]) == res["m_eff"]
+    assert res["tflops"]["full_frame"] > 0 and res["tflops"]["total"] > 0
+    for name in ("result.json", "config.json", "importance_map.png", "selected_frames.png"):
+        assert (tmp_path / "out" / name).is_file()
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["probe_scale"] == 0.5
+    # human output, cross-model
+    argv = ["ask", str(clip), *ASK, "-K", "2", "--vlm", vlm, "--answerer", str(tiny_vlm_dirs["qwen3-vl"]), "--no-progress"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("answer: ") and "full-frame" in text and "of 4 (M_eff)" in text
+
+
+def test_ask_from_a_saved_pipeline(tiny_vlm_dirs, clip, tmp_path, capsys):
+    from app.ask import load_vlm
+    from pipelines.gridprobe import GridProbeConfig, GridProbePipeline
+
+    pipe = GridProbePipeline(GridProbeConfig(grid=2, probe_scale=0.5), selector=load_vlm(str(tiny_vlm_dirs["qwen3-vl"])))
+    pipe.save_pretrained(tmp_path / "pipe")
+    assert main(["ask", str(clip), *ASK, "--pipeline", str(tmp_path / "pipe"), "--json", "--no-progress",
+                 "-o", str(tmp_path / "out")]) == 0
+    assert json.loads(capsys.readouterr().out)["pool_size"] == 4
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["probe_scale"] == 0.5  # the saved config
+    assert main(["ask", str(clip), *ASK, "--pipeline", str(tmp_path / "pipe"), "--grid", "3", "--json", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["pool_size"] == 9  # flags override it
+
+
+def test_ask_errors(tiny_vlm_dirs, clip, capsys, monkeypatch):
+    vlm = str(tiny_vlm_dirs["qwen2.5-vl"])
+    assert main(["ask", str(clip), *ASK, "--grid", "1", "--vlm", vlm]) == 2
+    assert "grid=1" in capsys.readouterr().err
+    assert main(["ask", str(clip), "-q", "q?", "--options", "only one", "--vlm", vlm]) == 2
+    assert "options" in capsys.readouterr().err
+    assert main(["ask", str(clip) + ".missing", *ASK, "--vlm", vlm]) == 1
+    # no builtin VLM installed (simulated): a clear message and exit code 1
+    monkeypatch.setitem(sys.modules, "planners.builtin", None)
+    from app.ask import load_vlm
+
+    load_vlm.cache_clear()
+    assert main(["ask", str(clip), *ASK]) == 1
+    err = capsys.readouterr().err
+    assert "builtin VLM is not available" in err and "--vlm PATH" in err and "make weights" in err
+
+
+def test_ask_uses_the_builtin_vlm_by_default(clip, monkeypatch, capsys):
+    import types
+
+    from app.ask import load_vlm
+    from gridprobe_fakes import FakeVLM, holistic_rule
+
+    seen = {}
+
+    def load_builtin_vlm(device=None):
+        seen["device"] = device
+        return FakeVLM(holistic_rule(1))
+
+    monkeypatch.setitem(sys.modules, "planners.builtin", types.SimpleNamespace(load_builtin_vlm=load_builtin_vlm))
+    load_vlm.cache_clear()
+    try:
+        assert main(["ask", str(clip), *ASK, "--grid", "2", "--device", "cpu", "--json", "--no-progress"]) == 0
+    finally:
+        load_vlm.cache_clear()
+    res = json.loads(capsys.readouterr().out)
+    assert res["answer"] == "B" and res["m_eff"] == 4 and seen == {"device": "cpu"}
+
+
+def test_batch_verb_ask(tiny_vlm_dirs, clip, tmp_path):
+    assert "ask" in VERBS
+    item = {"video": str(clip), "question": "Which?", "options": ["x", "y"], "grid": 2, "vlm": str(tiny_vlm_dirs["qwen3-vl"])}
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"id": "q1", "verb": "ask", "args": item}) + "\n"
+                        + json.dumps({"id": "bad", "verb": "ask", "args": {**item, "grid": 0}}) + "\n")
+    s = run_batch(manifest, tmp_path / "out", progress=False)
+    assert (s.ok, s.failed) == (1, 1)
+    res = json.loads((tmp_path / "out" / "q1" / "result.json").read_text())
+    assert res["answer"] in "AB" and res["m_eff"] <= 4
+    assert (tmp_path / "out" / "q1" / "gridprobe" / "importance_map.png").is_file()
+    assert res["files"]["result.json"].startswith(str(tmp_path / "out" / "q1"))
+
+
+def test_web_tab_builds_and_answers(tiny_vlm_dirs, clip):
+    gr = pytest.importorskip("gradio")
+    from app.web import TABS, build_app, gridprobe_answer
+
+    assert "GridProbe QA" in [title for title, _ in TABS]
+    build_app()
+    text, heat, strip, summary = gridprobe_answer(str(clip), "Which?", "x\ny\n\nz\n", 2, 0.5, str(tiny_vlm_dirs["qwen3-vl"]), "")
+    assert summary["pool_size"] == 4 and text.startswith("### ") and "TFLOPs" in text
+    assert heat.dtype == np.uint8 and heat.ndim == 3 and strip.shape[-1] == 3
+    with pytest.raises(gr.Error, match="2 to 10 options"):
+        gridprobe_answer(str(clip), "Which?", "only one", 2, 1.0, str(tiny_vlm_dirs["qwen3-vl"]), "")
+    with pytest.raises(gr.Error, match="question"):
+        gridprobe_answer(str(clip), " ", "a\nb", 2, 1.0, str(tiny_vlm_dirs["qwen3-vl"]), "")
+    with pytest.raises(gr.Error, match="probe_scale"):
+        gridprobe_answer(str(clip), "Which?", "a\nb", 2, 0.0, str(tiny_vlm_dirs["qwen3-vl"]), "")
+
+
+def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
+    from PIL import Image
+
+    from benchmarks.gridprobe import main as bench, spearman
+
+    assert spearman([1, 2, 3, 4], [10, 20, 20, 40]) == pytest.approx(np.corrcoef([1, 2, 3, 4], [1, 2.5, 2.5, 4])[0, 1])
+    assert np.isnan(spearman([1, 1, 1], [1, 2, 3]))
+    out = tmp_path / "bench"
+    assert bench(["--vlm", str(tiny_vlm_dirs["qwen3-vl"]), "--n", "2", "--grids", "2", "--probe-scales", "1,0.5",
+                  "--levels", "1", "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    labels = {m["label"] for m in data["summary"]["methods"]}
+    assert {"full_frame", "uniform_m", "gridprobe@1", "gridprobe@0.5", "probe_ensemble@0.5"} <= labels
+    assert len({r["item"] for r in data["rows"]}) == 2
+    md = (out / "results.md").read_text()
+    assert "| K | method |" in md and "Spearman" in md
+    assert Image.open(out / "pareto.png").size == (1000, 640)
