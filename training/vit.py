@@ -7,6 +7,10 @@ Because phrases like "a red object" are true of several frames in a batch, the l
 multi-positive InfoNCE: the target of each row is spread over every text that is true of that
 frame (and vice versa), so true statements are never pushed apart as negatives.
 
+Colour and size alone already tell most frames apart, so without help the model learns shape last
+and worst. Each frame therefore also gets a hard negative in the NegCLIP manner: its own
+description with one object's shape (or size) swapped, which only shape (or size) can refute.
+
 Evaluation (held-out test-split seeds the training never draws):
   - zero-shot colour / shape / size classification of single-object frames by nearest prompt;
   - text -> frame retrieval R@1 among 100 frames.
@@ -40,7 +44,7 @@ MIN_VISIBLE_PX = 12  # at 64x64: an object with fewer visible pixels is not "in"
 
 @dataclass
 class ViTDataConfig:
-    batch_size: int = 128
+    batch_size: int = 96
     low_res_fraction: float = 0.25  # batches rendered at 64 and shown at 32x32 (GridProbe probes)
     p_person: float = 0.15
 
@@ -67,7 +71,7 @@ def describe(rng, objs: list[dict]) -> tuple[str, list[dict]]:
     order = rng.permutation(len(objs))
     parts, cons = [], []
     for k in order:
-        text, c = _np(rng, objs[k], rng.random() < 0.4)
+        text, c = _np(rng, objs[k], objs[k].get("force_size", False) or rng.random() < 0.4)
         parts.append(("an " if text[0] in "aeiou" else "a ") + text)
         cons.append(c)
     text = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
@@ -109,6 +113,19 @@ def render_frames(seed: int, n: int, rng, p_person: float, num_shapes=(1, 3)) ->
     return frames, contents
 
 
+def counterfactual(rng, objs: list[dict]) -> list[dict]:
+    """The same objects with one object's shape (70%) or size (30%) changed: a hard negative."""
+    objs = [dict(o) for o in objs]
+    k = int(rng.integers(len(objs)))
+    if objs[k]["shape"] == "person" or rng.random() < 0.7:
+        objs[k]["shape"] = str(rng.choice([s for s in SHAPES if s != objs[k]["shape"]]))
+        objs[k]["size"] = objs[k]["size"] if objs[k]["shape"] != "person" else objs[k]["size"]
+    else:
+        objs[k]["size"] = str(rng.choice([z for z in SIZE_NAMES if z != objs[k]["size"]]))
+        objs[k]["force_size"] = True
+    return objs
+
+
 def make_batch(step: int, cfg: ViTDataConfig, split: str = "train") -> dict:
     """Batch ``step`` of the stream: a pure function of (step, cfg, split)."""
     seed = split_seed(split, step % 10**6, 0)
@@ -121,6 +138,9 @@ def make_batch(step: int, cfg: ViTDataConfig, split: str = "train") -> dict:
     for objs in contents:
         t, c = attribute_phrase(rng, objs[int(rng.integers(len(objs)))])
         texts.append(t), cons.append(c)
+    for objs in contents:
+        t, c = describe(rng, counterfactual(rng, objs))
+        texts.append(t), cons.append(c)
     pos = np.array([[satisfies(objs, c) for c in cons] for objs in contents])
     images = np.stack(frames)
     if rng.random() < cfg.low_res_fraction:
@@ -132,7 +152,8 @@ def multi_positive_nce(logits: torch.Tensor, positives: torch.Tensor) -> torch.T
     """Cross-entropy against targets spread uniformly over every true pair, in both directions."""
     p = positives.float()
     i2t = -(F.log_softmax(logits, 1) * (p / p.sum(1, keepdim=True))).sum(1).mean()
-    t2i = -(F.log_softmax(logits, 0) * (p / p.sum(0, keepdim=True))).sum(0).mean()
+    has = p.sum(0) > 0  # hard negatives usually describe no frame: they only sharpen image -> text
+    t2i = -(F.log_softmax(logits[:, has], 0) * (p[:, has] / p[:, has].sum(0, keepdim=True))).sum(0).mean()
     return (i2t + t2i) / 2
 
 
@@ -206,7 +227,7 @@ def evaluate_vit(model: BuiltinViT, text: MiniLM, n_attr: int = 300, n_retrieval
 # ---------------------------------------------------------------------------- entry point
 
 
-def train_vit(out_dir: str | Path, steps: int = 2000, batch_size: int = 128, resume: bool = True, seed: int = 0,
+def train_vit(out_dir: str | Path, steps: int = 1500, batch_size: int = 96, resume: bool = True, seed: int = 0,
               vit: ViTConfig | None = None, eval_every: int = 500, progress: bool = True) -> dict:
     """Train, evaluate and write ``out_dir/`` (config.json, model.safetensors, card.md, eval.json)."""
     out_dir = Path(out_dir)
@@ -249,7 +270,8 @@ sentence space of all-MiniLM-L6-v2 (384-d). {n_params / 1e6:.2f} M parameters, {
 - **Data:** worldgen frames rendered on the fly (train split seeds; 1-3 shapes, 15% with a stick
   figure; 25% of batches shown at 32x32), each paired with a paraphrased description and an
   attribute phrase; frozen MiniLM embeddings of those texts. No dataset files.
-- **Objective:** multi-positive InfoNCE at temperature 0.05 (`training/vit.py`).
+- **Objective:** multi-positive InfoNCE at temperature 0.05 with NegCLIP-style hard negatives
+  (each frame's description with one shape or size swapped) (`training/vit.py`).
 - **Training:** {steps} steps x {batch_size} frames, AdamW lr 1e-3, warmup + cosine; wall time
   {wall / 60:.1f} min on this machine's 2 CPU cores (including evaluation).
 - **Evaluation** (test-split seeds, never drawn in training; `evaluate_vit`): zero-shot attribute
@@ -268,8 +290,8 @@ Reproduce: `atelier train vit` (or `make weights`).
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Train the built-in ViT (see training/vit.py)")
     ap.add_argument("--out", default="weights/builtin/vit")
-    ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--batch-size", type=int, default=96)
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

@@ -8,8 +8,8 @@ Every step draws fresh examples (no files):
   (``longqa.answer(world, q, frames)``): one-hot when those frames determine the true answer,
   uniform over the options when they do not. So the model learns to be confident exactly when it
   has seen the evidence, which is what GridProbe's posterior probes read.
-- **Per-frame auxiliary loss**: which colours and shapes are visible in each frame (multi-label),
-  so counting and needles rest on per-frame recognition.
+- **Per-frame auxiliary loss**: which colours, shapes and colour-shape pairs are visible in each
+  frame (multi-label), so counting, order and needles rest on per-frame recognition.
 - **Captions** of single-object clips ("a red circle moves left"), for the caption decoder.
 - **Curriculum**: the number of frames per example grows from 8 to 24 over the first half.
 
@@ -91,11 +91,12 @@ def choose_frames(rng, record: dict, n_total: int, max_frames: int) -> tuple[lis
 
 def presence_labels(world, frame) -> np.ndarray:
     counts = np.bincount(frame.ids.ravel(), minlength=256)
-    y = np.zeros(len(COLOR_NAMES) + len(SHAPES), np.float32)
+    nc, ns = len(COLOR_NAMES), len(SHAPES)
+    y = np.zeros(nc + ns + nc * ns, np.float32)
     for o in world.objects:
         if counts[o.id] >= 6 and o.person is None:
-            y[COLOR_NAMES.index(o.color)] = 1
-            y[len(COLOR_NAMES) + SHAPES.index(o.shape)] = 1
+            c, s = COLOR_NAMES.index(o.color), SHAPES.index(o.shape)
+            y[c] = y[nc + s] = y[nc + ns + c * ns + s] = 1
     return y
 
 

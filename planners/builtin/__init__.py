@@ -8,6 +8,7 @@ which maps text into the same space as ``encode_images`` (the ViT was trained ag
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,6 +29,12 @@ logger = logging.getLogger(__name__)
 WEIGHTS_DIR = Path(__file__).resolve().parents[2] / "weights" / "builtin"
 MERGED_PATCH = 16  # 8-pixel ViT patches merged 2x2
 MAX_SIDE = 128
+
+
+def options_in_prompt(prompt: str, default: int = 4) -> int:
+    """How many lettered options an MCQ prompt lists ("(A) ..." or "A. ..." lines)."""
+    n = sum(1 for line in prompt.splitlines() if re.match(r"^\(?[A-J][.)] ", line.strip()))
+    return n or default
 
 
 def question_from_prompt(prompt: str) -> str:
@@ -120,14 +127,16 @@ class BuiltinVisionLanguageModel:
         """Text in the same space as ``encode_images`` (unit vectors, cosine = dot product)."""
         return self.text.encode(list(texts)).numpy().astype(np.float32)
 
-    def count_tokens(self, n_frames: int, prompt: str, frame_size: tuple[int, int] | None = None, n_options: int = 4) -> int:
+    def count_tokens(self, n_frames: int, prompt: str, frame_size: tuple[int, int] | None = None, n_options: int | None = None) -> int:
+        """Encoder sequence length: question tokens + one token per option + 16 (64x64) or 4 (32x32) per frame."""
         h, w = frame_size or (64, 64)
         if not (h % MERGED_PATCH == 0 and w % MERGED_PATCH == 0 and max(h, w) <= MAX_SIDE):
             h, w = 64, 64
         q = len(self.text.tokens([question_from_prompt(prompt)])[0])
-        return q + n_options + n_frames * (h // MERGED_PATCH) * (w // MERGED_PATCH)
+        n_opt = n_options if n_options is not None else options_in_prompt(prompt)
+        return q + n_opt + n_frames * (h // MERGED_PATCH) * (w // MERGED_PATCH)
 
-    def flops(self, n_frames: int, prompt: str, frame_size: tuple[int, int] | None = None, n_options: int = 4) -> float:
+    def flops(self, n_frames: int, prompt: str, frame_size: tuple[int, int] | None = None, n_options: int | None = None) -> float:
         """Analytic LM FLOPs of one pass (spec GridProbe B.8; the ViT is excluded, as there)."""
         return transformer_flops(self._dims, self.count_tokens(n_frames, prompt, frame_size, n_options))
 

@@ -40,7 +40,7 @@ class VLMConfig:
     max_options: int = 10
     dec_layers: int = 1
     max_caption: int = 16
-    aux_classes: int = 18  # per-frame presence of 10 colours + 8 shapes (training signal only)
+    aux_classes: int = 98  # per-frame presence of 10 colours, 8 shapes, 80 colour-shape pairs (training signal only)
     vit: ViTConfig = field(default_factory=ViTConfig)
     vocab: list[str] = field(default_factory=list)  # caption words; 0 = <pad>, 1 = <bos>, 2 = <eos>
 
