@@ -57,17 +57,17 @@ def test_trainer_learns_is_deterministic_and_resumes_exactly(tmp_path):
 
 
 def test_vit_objective_steps(tmp_path):
-    from training.vit import ViTDataConfig, ViTObjective, evaluate_vit, make_batch
+    from training.vit import ViTDataConfig, ViTObjective, ViTWithAux, evaluate_vit, make_batch
 
     torch.manual_seed(0)
     vit = BuiltinViT(ViTConfig(width=32, depth=1, heads=2))
     text = MiniLM()
     batch = make_batch(0, ViTDataConfig(batch_size=8))
-    assert batch["images"].shape[0] == 8 and len(batch["texts"]) == 16
+    assert batch["images"].shape[0] == 8 and len(batch["texts"]) == 24 and batch["attributes"].shape == (8, 21)
     assert batch["positives"][np.arange(8), np.arange(8)].all() and batch["positives"][np.arange(8), 8 + np.arange(8)].all()
-    tr = Trainer(vit, ViTObjective(text), TrainConfig(steps=2, warmup=1, ckpt_every=2), tmp_path, progress=False)
+    tr = Trainer(ViTWithAux(vit), ViTObjective(text), TrainConfig(steps=2, warmup=1, ckpt_every=2), tmp_path, progress=False)
     tr.fit(iter([make_batch(i, ViTDataConfig(batch_size=8)) for i in range(2)]))
-    metrics = evaluate_vit(tr.eval_model(), text, n_attr=10, n_retrieval=10, sizes=(64,))
+    metrics = evaluate_vit(tr.eval_model().vit, text, n_attr=10, n_retrieval=10, sizes=(64,))
     assert 0 <= metrics["zeroshot_color_acc@64"] <= 1 and "t2i_R@1_of_100" in metrics
 
 

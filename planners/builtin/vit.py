@@ -64,6 +64,7 @@ class BuiltinViT(nn.Module):
         self.blocks = nn.ModuleList(Block(c.width, c.heads, c.mlp_ratio) for _ in range(c.depth))
         self.ln = nn.LayerNorm(c.width)
         self.head = nn.Linear(c.width, c.embed_dim)
+        self.last_cls: torch.Tensor | None = None  # the pre-projection [CLS] state of the last forward
 
     @property
     def device(self) -> torch.device:
@@ -97,6 +98,7 @@ class BuiltinViT(nn.Module):
         for blk in self.blocks:
             h = blk(h)
         h = self.ln(h)
+        self.last_cls = h[:, 0]
         return F.normalize(self.head(h[:, 0]), dim=-1), h[:, 1:]
 
     @torch.no_grad()
