@@ -265,7 +265,7 @@ def evaluate_vit(model: BuiltinViT, text: MiniLM, n_attr: int = 300, n_retrieval
 # ---------------------------------------------------------------------------- entry point
 
 
-def train_vit(out_dir: str | Path, steps: int = 1200, batch_size: int = 96, resume: bool = True, seed: int = 0,
+def train_vit(out_dir: str | Path, steps: int = 1100, batch_size: int = 96, resume: bool = True, seed: int = 0,
               vit: ViTConfig | None = None, eval_every: int = 600, progress: bool = True) -> dict:
     """Train, evaluate and write ``out_dir/`` (config.json, model.safetensors, card.md, eval.json)."""
     out_dir = Path(out_dir)
@@ -329,7 +329,7 @@ Reproduce: `atelier train vit` (or `make weights`).
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Train the built-in ViT (see training/vit.py)")
     ap.add_argument("--out", default="weights/builtin/vit")
-    ap.add_argument("--steps", type=int, default=1200)
+    ap.add_argument("--steps", type=int, default=1100)
     ap.add_argument("--batch-size", type=int, default=96)
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)

@@ -31,6 +31,7 @@ class ViTConfig:
     heads: int = 3
     mlp_ratio: int = 4
     embed_dim: int = 384  # MiniLM's sentence-embedding size
+    stem: str = "conv"  # "conv": three stride-2 3x3 convolutions (Xiao et al. 2021); "patch": one 8x8 linear patchify
 
 
 class Block(nn.Module):
@@ -58,7 +59,14 @@ class BuiltinViT(nn.Module):
         super().__init__()
         self.config = c = config or ViTConfig()
         grid = c.image_size // c.patch
-        self.patch_embed = nn.Conv2d(3, c.width, c.patch, c.patch)
+        if c.stem == "conv":
+            # a small convolutional stem: a plain linear patchify learned colour and size quickly
+            # but left shape near chance after 600 steps (objects straddle patch borders)
+            assert c.patch == 8, "the conv stem has stride 8"
+            self.patch_embed = nn.Sequential(
+                nn.Conv2d(3, 48, 3, 2, 1), nn.GELU(), nn.Conv2d(48, 96, 3, 2, 1), nn.GELU(), nn.Conv2d(96, c.width, 3, 2, 1))
+        else:
+            self.patch_embed = nn.Conv2d(3, c.width, c.patch, c.patch)
         self.cls = nn.Parameter(torch.zeros(1, 1, c.width))
         self.pos = nn.Parameter(torch.randn(1, grid * grid, c.width) * 0.02)
         self.blocks = nn.ModuleList(Block(c.width, c.heads, c.mlp_ratio) for _ in range(c.depth))
