@@ -7,12 +7,13 @@ Because phrases like "a red object" are true of several frames in a batch, the l
 multi-positive InfoNCE: the target of each row is spread over every text that is true of that
 frame (and vice versa), so true statements are never pushed apart as negatives.
 
-Colour and size alone already tell most frames apart, so with the contrastive loss alone the
-visual features never learn shape (a linear probe on them stays near chance after 600 steps).
-Two additions fix that: each frame also gets a hard negative in the NegCLIP manner (its own
-description with one object's shape or size swapped), and an auxiliary multi-label head on the
-[CLS] state predicts which colours, shapes and sizes are present [PROPOSED: the issue asks for
-contrastive training; the head is a training signal only and is not used at inference].
+Colour and size alone already tell most frames apart, so the contrastive signal for shape is
+weak. Two additions strengthen it: each frame also gets a hard negative in the NegCLIP manner (its
+own description with one object's shape or size swapped), and an auxiliary multi-label head on the
+pooled state predicts which colours, shapes and sizes are present [PROPOSED: the issue asks for
+contrastive training; the head is a training signal only and is not shipped]. The architecture
+matters more than either (see planners/builtin/vit.py: conv stem with pooling, LayerScale, max
+pooling): without those, even a supervised shape classifier on this ViT stayed at chance.
 
 Evaluation (held-out test-split seeds the training never draws):
   - zero-shot colour / shape / size classification of single-object frames by nearest prompt;
@@ -265,7 +266,7 @@ def evaluate_vit(model: BuiltinViT, text: MiniLM, n_attr: int = 300, n_retrieval
 # ---------------------------------------------------------------------------- entry point
 
 
-def train_vit(out_dir: str | Path, steps: int = 1100, batch_size: int = 96, resume: bool = True, seed: int = 0,
+def train_vit(out_dir: str | Path, steps: int = 800, batch_size: int = 96, resume: bool = True, seed: int = 0,
               vit: ViTConfig | None = None, eval_every: int = 600, progress: bool = True) -> dict:
     """Train, evaluate and write ``out_dir/`` (config.json, model.safetensors, card.md, eval.json)."""
     out_dir = Path(out_dir)
@@ -329,7 +330,7 @@ Reproduce: `atelier train vit` (or `make weights`).
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Train the built-in ViT (see training/vit.py)")
     ap.add_argument("--out", default="weights/builtin/vit")
-    ap.add_argument("--steps", type=int, default=1100)
+    ap.add_argument("--steps", type=int, default=800)
     ap.add_argument("--batch-size", type=int, default=96)
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)

@@ -35,11 +35,17 @@ class ViTConfig:
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block (SDPA attention, GELU MLP)."""
+    """Pre-norm transformer block (SDPA attention, GELU MLP) with LayerScale.
 
-    def __init__(self, width: int, heads: int, mlp_ratio: int):
+    LayerScale (Touvron et al. 2021) starts each residual branch near zero, so a fresh stack is
+    close to the identity and the stem's features reach the output intact; without it the
+    randomly initialised blocks drowned the shape signal and a 5-block ViT learned no shape at all."""
+
+    def __init__(self, width: int, heads: int, mlp_ratio: int, layer_scale: float = 1e-2):
         super().__init__()
         self.heads = heads
+        self.gamma1 = nn.Parameter(torch.full((width,), layer_scale))
+        self.gamma2 = nn.Parameter(torch.full((width,), layer_scale))
         self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
         self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
         self.mlp = nn.Sequential(nn.Linear(width, mlp_ratio * width), nn.GELU(), nn.Linear(mlp_ratio * width, width))
@@ -48,8 +54,17 @@ class Block(nn.Module):
         b, n, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, n, d))
-        return x + self.mlp(self.ln2(x))
+        x = x + self.gamma1 * self.proj(a.transpose(1, 2).reshape(b, n, d))
+        return x + self.gamma2 * self.mlp(self.ln2(x))
+
+
+def _init_weights(m: nn.Module) -> None:
+    """The usual ViT init: small normal linear weights, zero biases. PyTorch's default (Kaiming-uniform)
+    makes the residual stream of a few random blocks swamp the stem's signal, and shape never trains."""
+    if isinstance(m, nn.Linear):
+        nn.init.trunc_normal_(m.weight, std=0.02)
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
 
 
 class BuiltinViT(nn.Module):
@@ -60,11 +75,16 @@ class BuiltinViT(nn.Module):
         self.config = c = config or ViTConfig()
         grid = c.image_size // c.patch
         if c.stem == "conv":
-            # a small convolutional stem: a plain linear patchify learned colour and size quickly
-            # but left shape near chance after 600 steps (objects straddle patch borders)
+            # A convolutional stem with max-pooling (a hybrid ViT). The plain linear patchify, and a
+            # strided-conv stem, learned colour and size quickly but left shape at chance: shapes
+            # straddle patch borders and a ViT lacks the translation invariance to pick them up from
+            # this much data. The same conv+pool layers alone learn shape in ~150 steps.
             assert c.patch == 8, "the conv stem has stride 8"
             self.patch_embed = nn.Sequential(
-                nn.Conv2d(3, 48, 3, 2, 1), nn.GELU(), nn.Conv2d(48, 96, 3, 2, 1), nn.GELU(), nn.Conv2d(96, c.width, 3, 2, 1))
+                nn.Conv2d(3, 32, 3, 1, 1), nn.ReLU(), nn.MaxPool2d(2),
+                nn.Conv2d(32, 64, 3, 1, 1), nn.ReLU(), nn.MaxPool2d(2),
+                nn.Conv2d(64, 128, 3, 1, 1), nn.ReLU(), nn.MaxPool2d(2),
+                nn.Conv2d(128, c.width, 1))
         else:
             self.patch_embed = nn.Conv2d(3, c.width, c.patch, c.patch)
         self.cls = nn.Parameter(torch.zeros(1, 1, c.width))
@@ -73,6 +93,7 @@ class BuiltinViT(nn.Module):
         self.ln = nn.LayerNorm(c.width)
         self.head = nn.Linear(c.width, c.embed_dim)
         self.last_cls: torch.Tensor | None = None  # the pre-projection [CLS] state of the last forward
+        self.apply(_init_weights)
 
     @property
     def device(self) -> torch.device:
@@ -106,8 +127,11 @@ class BuiltinViT(nn.Module):
         for blk in self.blocks:
             h = blk(h)
         h = self.ln(h)
-        self.last_cls = h[:, 0]
-        return F.normalize(self.head(h[:, 0]), dim=-1), h[:, 1:]
+        # pooled = [CLS] + max over patch tokens: the max carries what the stem detects anywhere
+        # in the frame from the first step on; [CLS] learns to add context
+        pooled = h[:, 0] + h[:, 1:].max(1).values
+        self.last_cls = pooled
+        return F.normalize(self.head(pooled), dim=-1), h[:, 1:]
 
     @torch.no_grad()
     def embed(self, frames: np.ndarray, batch_size: int = 256) -> np.ndarray:
