@@ -310,8 +310,11 @@ sentence space of all-MiniLM-L6-v2 (384-d). {n_params / 1e6:.2f} M parameters, {
   figure; 25% of batches shown at 32x32), each paired with a paraphrased description (colour and
   size synonyms, canonical shape nouns), an attribute phrase and a shape/size-swapped hard
   negative; frozen MiniLM embeddings of those texts. No dataset files.
+- **Architecture:** convolutional stem with max-pooling (stride 8), 5 LayerScale transformer
+  blocks, pooled state = [CLS] + max over patch tokens, linear projection to 384-d.
 - **Objective:** multi-positive InfoNCE at temperature 0.05 with NegCLIP-style hard negatives
-  (each frame's description with one shape or size swapped) (`training/vit.py`).
+  (each frame's description with one shape or size swapped), plus a training-only multi-label
+  attribute head on the pooled state (`training/vit.py`).
 - **Training:** {steps} steps x {batch_size} frames, AdamW lr 1e-3, warmup + cosine; wall time
   {wall / 60:.1f} min on this machine's 2 CPU cores (including evaluation).
 - **Evaluation** (test-split seeds, never drawn in training; `evaluate_vit`): zero-shot attribute
