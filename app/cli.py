@@ -94,8 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=_cmd_batch)
 
-    p = sub.add_parser("serve", help="start the web demo (127.0.0.1)", description="Start the Gradio web demo. It binds 127.0.0.1 unless --host says otherwise; uploads are size- and length-limited.")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1; 0.0.0.0 exposes it to your network)")
+    p = sub.add_parser("serve", help="start the web demo (127.0.0.1)", description="Start the Gradio web demo on this machine only (loopback), never shared publicly; uploads are size- and length-limited.")
+    p.add_argument("--host", default="127.0.0.1", help="loopback interface to bind (default 127.0.0.1); another address also needs --allow-remote")
+    p.add_argument("--allow-remote", action="store_true", help="permit a non-loopback --host (the demo has no authentication)")
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--max-video-seconds", type=float, default=600.0, help="reject longer uploads (default 600)")
     p.add_argument("--max-file-size", default="500mb", help="upload size limit (default 500mb)")
@@ -255,7 +256,7 @@ def _cmd_batch(args) -> int:
 def _cmd_serve(args) -> int:
     from app.web import launch
 
-    launch(host=args.host, port=args.port, max_video_seconds=args.max_video_seconds, max_file_size=args.max_file_size,
+    launch(host=args.host, allow_remote=args.allow_remote, port=args.port, max_video_seconds=args.max_video_seconds, max_file_size=args.max_file_size,
            models=("builtin", *args.vlm))
     return 0
 

@@ -156,8 +156,20 @@ def build_app(settings: WebSettings | None = None):
 
 
 def launch(host: str = "127.0.0.1", port: int = 7860, max_video_seconds: float = 600.0, max_file_size: str = "500mb",
-           models: tuple[str, ...] = ("builtin",), **kwargs):
-    """Start the app; ``prevent_thread_lock=True`` in ``kwargs`` returns immediately (tests)."""
+           models: tuple[str, ...] = ("builtin",), allow_remote: bool = False, **kwargs):
+    """Start the app on loopback (never a public share link); ``prevent_thread_lock=True`` in
+    ``kwargs`` returns immediately (tests). A non-loopback ``host`` needs ``allow_remote=True``."""
+    import ipaddress
+
+    from core.errors import InputError
+
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not allow_remote:
+        raise InputError("host", host, "the demo binds loopback only (e.g. 127.0.0.1); pass --allow-remote to expose it")
+    kwargs.pop("share", None)
     settings = WebSettings(max_video_seconds=max_video_seconds, max_file_size=max_file_size, models=tuple(models))
     demo = build_app(settings)
     demo.launch(server_name=host, server_port=port, share=False, max_file_size=max_file_size, **kwargs)

@@ -156,3 +156,11 @@ def test_web_app_answers_on_localhost(tmp_path):
         assert len(gallery) == 3
     finally:
         demo.close()
+
+
+def test_serve_refuses_non_loopback_without_opt_in():
+    from app.web import launch
+
+    with pytest.raises(InputError, match="allow-remote"):
+        launch(host="192.0.2.1", prevent_thread_lock=True)
+    assert main(["serve", "--host", "10.1.2.3"]) == 2  # usage error, nothing started
