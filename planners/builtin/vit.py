@@ -67,6 +67,15 @@ def _init_weights(m: nn.Module) -> None:
             nn.init.zeros_(m.bias)
 
 
+def save_builtin(model: nn.Module, directory: str | Path, kind: str, metadata: dict | None = None) -> Path:
+    """``directory/config.json`` (the dataclass config, tagged with ``kind``) + ``model.safetensors``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps({"model": kind, **asdict(model.config)}, indent=1))
+    save_state_dict(model.state_dict(), directory / "model.safetensors", metadata={k: str(v) for k, v in (metadata or {}).items()})
+    return directory
+
+
 class BuiltinViT(nn.Module):
     backend = "builtin"
 
@@ -141,11 +150,7 @@ class BuiltinViT(nn.Module):
 
     # ---- persistence (a component: save_pretrained / from_pretrained)
     def save_pretrained(self, directory: str | Path, metadata: dict | None = None) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "config.json").write_text(json.dumps({"model": "builtin-vit", **asdict(self.config)}, indent=2))
-        save_state_dict(self.state_dict(), directory / "model.safetensors", metadata={k: str(v) for k, v in (metadata or {}).items()})
-        return directory
+        return save_builtin(self, directory, "builtin-vit", metadata)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str | torch.device | None = None) -> BuiltinViT:

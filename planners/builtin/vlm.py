@@ -16,7 +16,7 @@ The ViT is frozen inside the VLM (it is trained separately, CLIP-style).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.weights_io import load_state_dict, save_state_dict
-from planners.builtin.vit import Block, BuiltinViT, ViTConfig
+from core.weights_io import load_state_dict
+from planners.builtin.vit import Block, BuiltinViT, ViTConfig, save_builtin
 
 TEXT_DIM = 384  # MiniLM
 
@@ -140,11 +140,7 @@ class BuiltinVLMModel(nn.Module):
 
     # ---- persistence
     def save_pretrained(self, directory: str | Path, metadata: dict | None = None) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "config.json").write_text(json.dumps({"model": "builtin-vlm", **asdict(self.config)}, indent=1))
-        save_state_dict(self.state_dict(), directory / "model.safetensors", metadata={k: str(v) for k, v in (metadata or {}).items()})
-        return directory
+        return save_builtin(self, directory, "builtin-vlm", metadata)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str | torch.device | None = None) -> BuiltinVLMModel:
