@@ -63,6 +63,9 @@ class VLMDataConfig:
     max_frames_end: int = 24
     low_res_p: float = 0.5
     curriculum_steps: int = 1000
+    # question kinds are drawn with these weights: the conjunction kinds (needle: colour and shape
+    # of one object; counting: distinct objects of a shape) learn slowest, so they are drawn more
+    kind_weights: tuple[float, ...] = (0.25, 0.25, 0.2, 0.12, 0.18)  # needle, counting, order, negation, holistic
 
 
 # ---------------------------------------------------------------------------- examples
@@ -89,42 +92,71 @@ def choose_frames(rng, record: dict, n_total: int, max_frames: int) -> tuple[lis
     return sorted(set(uni)), str(mode)
 
 
-def presence_labels(world, frame) -> np.ndarray:
+def visible_objects(world, frame) -> list:
+    """Objects with at least 6 visible pixels in a rendered frame."""
     counts = np.bincount(frame.ids.ravel(), minlength=256)
+    return [o for o in world.objects if counts[o.id] >= 6 and o.person is None]
+
+
+def presence_labels(visible: list) -> np.ndarray:
     nc, ns = len(COLOR_NAMES), len(SHAPES)
     y = np.zeros(nc + ns + nc * ns, np.float32)
-    for o in world.objects:
-        if counts[o.id] >= 6 and o.person is None:
-            c, s = COLOR_NAMES.index(o.color), SHAPES.index(o.shape)
-            y[c] = y[nc + s] = y[nc + ns + c * ns + s] = 1
+    for o in visible:
+        c, s = COLOR_NAMES.index(o.color), SHAPES.index(o.shape)
+        y[c] = y[nc + s] = y[nc + ns + c * ns + s] = 1
     return y
 
 
-def render(world, indices, size: int) -> tuple[np.ndarray, np.ndarray]:
-    frames, aux = [], []
+def render(world, indices, size: int) -> tuple[np.ndarray, np.ndarray, list[list]]:
+    """Frames at ``size``, per-frame presence labels, and the visible objects of each frame."""
+    frames, aux, vis = [], [], []
     for t in indices:
         f = world.render(int(t))
         frames.append(f.rgb if size == world.width else cv2.resize(f.rgb, (size, size), interpolation=cv2.INTER_AREA))
-        aux.append(presence_labels(world, f))
-    return np.stack(frames), np.stack(aux)
+        vis.append(visible_objects(world, f))
+        aux.append(presence_labels(vis[-1]))
+    return np.stack(frames), np.stack(aux), vis
 
 
-def qa_example(seed: int, max_frames: int, size: int, level: int | None = None, mode: str | None = None) -> dict:
+def grounding_targets(rec: dict, visible: list[list]) -> tuple[np.ndarray, np.ndarray]:
+    """Which frames show each option's referent ``(O, T)`` and, for counting, each count probe's
+    ("a <colour> <shape asked about>") ``(C, T)``; NaN where a kind defines no target."""
+    q, T = rec["question_struct"], len(visible)
+    kind, opts = rec["kind"], rec["options"]
+    refers = {
+        "needle": lambda o, opt: o.color == q["color"] and o.shape == opt,
+        "negation": lambda o, opt: o.color == opt,
+        "holistic": lambda o, opt: o.color == opt,
+        "order": lambda o, opt: f"the {o.color} {o.shape}" == opt,
+    }.get(kind)
+    opt_t = np.full((len(opts), T), np.nan, np.float32)
+    probe_t = np.full((len(COLOR_NAMES), T), np.nan, np.float32)
+    if refers:
+        opt_t = np.array([[any(refers(o, opt) for o in vis) for vis in visible] for opt in opts], np.float32).reshape(len(opts), T)
+    if kind == "counting":
+        probe_t = np.array([[any(o.color == c and o.shape == q["shape"] for o in vis) for vis in visible] for c in COLOR_NAMES], np.float32)
+    return opt_t, probe_t
+
+
+def qa_example(seed: int, max_frames: int, size: int, level: int | None = None, mode: str | None = None,
+               kind: str | None = None) -> dict:
     rng = np.random.default_rng(seed)
     level = level or int(rng.choice([1, 2, 3], p=[0.5, 0.3, 0.2]))
-    sample = longqa.generate(seed, longqa.Config(level=level))
+    sample = longqa.generate(seed, longqa.Config(level=level, kind=kind))
     rec, world = sample.record, sample.worlds["video"]
     if mode is None:
         idx, mode = choose_frames(rng, rec, world.num_frames, max_frames)
     else:
         idx = _frames_for_mode(rng, rec, world.num_frames, max_frames, mode)
-    frames, aux = render(world, idx, size)
+    frames, aux, vis = render(world, idx, size)
+    opt_ground, probe_ground = grounding_targets(rec, vis)
     restricted = longqa.answer(world, rec["question_struct"], idx)
     n_opt = len(rec["options"])
     determined = restricted == rec["answer"]
     target = np.eye(n_opt, dtype=np.float32)[rec["answer_index"]] if determined else np.full(n_opt, 1 / n_opt, np.float32)
     return {"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"], "target": target,
-            "answer_index": rec["answer_index"], "kind": rec["kind"], "level": level, "determined": bool(determined), "mode": mode}
+            "answer_index": rec["answer_index"], "kind": rec["kind"], "level": level, "determined": bool(determined), "mode": mode,
+            "opt_ground": opt_ground, "probe_ground": probe_ground}
 
 
 def _frames_for_mode(rng, rec, n_total, max_frames, mode):
@@ -153,7 +185,7 @@ def caption_text(world) -> str:
 def caption_example(seed: int) -> dict:
     world = sample_world(seed, SceneConfig(num_frames=24, num_shapes=(1, 1), p_transient=0.0))
     idx = list(range(0, 24, 3))
-    frames, aux = render(world, idx, 64)
+    frames, aux, _ = render(world, idx, 64)
     return {"frames": frames, "aux": aux, "caption": caption_text(world), "world": world}
 
 
@@ -161,10 +193,11 @@ def caption_example(seed: int) -> dict:
 
 
 class VLMObjective:
-    def __init__(self, text: MiniLM, vocab: list[str], aux_weight: float = 0.5, caption_weight: float = 0.5, fast_vit: bool = False):
+    def __init__(self, text: MiniLM, vocab: list[str], aux_weight: float = 0.5, caption_weight: float = 0.5,
+                 ground_weight: float = 1.0, fast_vit: bool = False):
         self.text, self.vocab = text, {w: i for i, w in enumerate(vocab)}
         self.fast_vit = fast_vit  # training only: evaluation runs the ViT in float32, as inference does
-        self.aux_weight, self.caption_weight = aux_weight, caption_weight
+        self.aux_weight, self.caption_weight, self.ground_weight = aux_weight, caption_weight, ground_weight
 
     def tokens(self, caption: str, max_len: int) -> list[int]:
         return [1] + [self.vocab[w] for w in caption.split()][: max_len - 2] + [2]
@@ -174,14 +207,15 @@ class VLMObjective:
         frames = np.concatenate([it["frames"] for it in items])
         # the frozen ViT dominates a step's cost; bfloat16 autocast makes it ~30% cheaper on the CPU
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=self.fast_vit):
-            patches = model.patch_tokens(frames_to_tensor(frames, dev)).float()
+            patches, emb = model.vision(frames_to_tensor(frames, dev))
+        patches, emb = patches.float(), emb.float()
         out, k = [], 0
         questions = [it.get("question", CAPTION_PROMPT) for it in items]
         qtok = self.text.tokens(questions)
         for it, q in zip(items, qtok):
             t = len(it["frames"])
             opts = self.text.encode(it["options"]) if it.get("options") else torch.zeros(0, 384)
-            out.append({"patches": patches[k : k + t], "question": q, "options": opts})
+            out.append({"patches": patches[k : k + t], "frame_emb": emb[k : k + t], "question": q, "options": opts})
             k += t
         return collate(out, dev)
 
@@ -204,6 +238,9 @@ class VLMObjective:
             if det:
                 logs["qa_acc_determined"] = float((logits[det].argmax(-1).cpu() == torch.tensor([items[qa[r]]["answer_index"] for r in det])).float().mean())
             logs["qa_loss"] = float(qa_loss.detach())
+            g_loss = self.ground_loss(model, enc, [items[i] for i in qa], qa)
+            loss = loss + self.ground_weight * g_loss
+            logs["ground_loss"] = float(g_loss.detach())
         aux_pred = model.aux_logits(enc)[batch["frame_mask"]]
         aux_tgt = torch.from_numpy(np.concatenate([it["aux"] for it in items])).to(dev)
         aux_loss = F.binary_cross_entropy_with_logits(aux_pred, aux_tgt)
@@ -225,13 +262,31 @@ class VLMObjective:
         return loss, logs
 
 
+    @staticmethod
+    def ground_loss(model: BuiltinVLMModel, enc: dict, items: list[dict], rows: list[int]) -> torch.Tensor:
+        """BCE of the grounding timelines (options and count probes) against which frames show their referents."""
+        terms = []
+        for which, key in (("option_states", "opt_ground"), ("probe_states", "probe_ground")):
+            logits = model.grounding(enc, which)[rows]
+            tgt = torch.full_like(logits, float("nan"))
+            for r, it in enumerate(items):
+                t = torch.from_numpy(it[key])[: logits.shape[1]]  # a model may have fewer count probes
+                tgt[r, : t.shape[0], : t.shape[1]] = t
+            ok = ~torch.isnan(tgt)
+            if ok.any():
+                terms.append(F.binary_cross_entropy_with_logits(logits[ok], tgt[ok]))
+        return torch.stack(terms).mean() if terms else torch.zeros((), device=model.device)
+
+
 def make_items(step: int, cfg: VLMDataConfig, split: str = "train") -> list[dict]:
     seed = split_seed(split, step % 10**7, 0)
     rng = np.random.default_rng(seed)
     frac = min(1.0, step / max(1, cfg.curriculum_steps))
     max_frames = int(cfg.max_frames_start + frac * (cfg.max_frames_end - cfg.max_frames_start))
     size = 32 if rng.random() < cfg.low_res_p else 64
-    items = [qa_example(int(rng.integers(2**31)), max_frames if size == 32 else max(8, 2 * max_frames // 3), size) for _ in range(cfg.batch_size)]
+    n = max_frames if size == 32 else max(8, 2 * max_frames // 3)
+    w = np.asarray(cfg.kind_weights) / np.sum(cfg.kind_weights)
+    items = [qa_example(int(rng.integers(2**31)), n, size, kind=str(rng.choice(longqa.KINDS, p=w))) for _ in range(cfg.batch_size)]
     if size == 64:
         items += [caption_example(int(rng.integers(2**31))) for _ in range(cfg.caption_items)]
     return items
@@ -313,7 +368,7 @@ def _kind_example(seed: int, kind: str, level: int, mode: str, size: int) -> dic
     sample = longqa.generate(seed, longqa.Config(level=level, kind=kind))
     rec, world = sample.record, sample.worlds["video"]
     idx = _frames_for_mode(rng, rec, world.num_frames, 64, mode)
-    frames, aux = render(world, idx, size)
+    frames, aux, _ = render(world, idx, size)
     restricted = longqa.answer(world, rec["question_struct"], idx)
     return {"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"],
             "answer_index": rec["answer_index"], "kind": kind, "determined": restricted == rec["answer"]}
@@ -322,18 +377,19 @@ def _kind_example(seed: int, kind: str, level: int, mode: str, size: int) -> dic
 # ---------------------------------------------------------------------------- entry point
 
 
-def train_vlm(out_dir: str | Path, vit_dir: str | Path, steps: int = 1000, resume: bool = True, seed: int = 0,
-              config: VLMConfig | None = None, data: VLMDataConfig | None = None, eval_every: int = 500, progress: bool = True) -> dict:
+def train_vlm(out_dir: str | Path, vit_dir: str | Path, steps: int = 1600, resume: bool = True, seed: int = 0,
+              config: VLMConfig | None = None, data: VLMDataConfig | None = None, eval_every: int = 600, progress: bool = True) -> dict:
     out_dir = Path(out_dir)
     t0 = time.time()
     torch.manual_seed(seed)
     vit = BuiltinViT.from_pretrained(vit_dir)
     cfg = config or VLMConfig()
-    cfg.vit, cfg.vocab = vit.config, caption_vocab()
+    cfg.vit, cfg.vocab, cfg.count_words = vit.config, caption_vocab(), list(COLOR_NAMES)
     model = BuiltinVLMModel(cfg)
     model.vit.load_state_dict(vit.state_dict())
     model.vit.requires_grad_(False)
     text = MiniLM()
+    model.count_words.copy_(text.encode(cfg.count_words))
     objective = VLMObjective(text, cfg.vocab, fast_vit=True)
     eval_objective = VLMObjective(text, cfg.vocab)
     data = data or VLMDataConfig(curriculum_steps=steps // 2)
@@ -392,7 +448,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Train the built-in VLM (see training/vlm.py)")
     ap.add_argument("--out", default="weights/builtin/vlm")
     ap.add_argument("--vit", default="weights/builtin/vit")
-    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--steps", type=int, default=1600)
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

@@ -95,9 +95,9 @@ class BuiltinVisionLanguageModel:
         frames = self._frames(frames)
         if len(frames) > self.model.config.max_frames:
             raise InputError("frames", f"{len(frames)} frames", f"the built-in VLM takes at most {self.model.config.max_frames}")
-        patches = self.model.patch_tokens(frames_to_tensor(frames, self.device))
+        patches, emb = self.model.vision(frames_to_tensor(frames, self.device))
         opts = self.text.encode(list(options)) if options else torch.zeros(0, 384)
-        return collate([{"patches": patches, "question": self.text.tokens([question])[0], "options": opts}], self.device)
+        return collate([{"patches": patches, "frame_emb": emb, "question": self.text.tokens([question])[0], "options": opts}], self.device)
 
     # ---- the protocol
     @torch.no_grad()

@@ -3,14 +3,26 @@ scores, and a small caption decoder.
 
 Layout of the encoder input (one sequence, bidirectional attention):
 
-    [question tokens (MiniLM states)] [option tokens (MiniLM sentence embeddings + slot)] [frame tokens]
+    [question tokens (MiniLM states)] [option tokens (MiniLM sentence embeddings + slot)]
+    [count probes (MiniLM embeddings of attribute words)] [frame tokens]
 
 Visual tokens follow Qwen-VL's recipe: the ViT's 8x8-pixel patch tokens are merged 2x2 (concatenated,
 then projected), so a 64x64 frame gives 16 tokens and a 32x32 frame 4; compute therefore scales with
 resolution as in real VLMs, which is what makes GridProbe's compute accounting meaningful. Each frame
 token gets a spatial position (merged grid, interpolated) and a temporal one (the frame's rank in the
-input, so order questions are answerable). An option's score is a linear read-out of its token.
-The ViT is frozen inside the VLM (it is trained separately, CLIP-style).
+input, so order questions are answerable). The ViT is frozen inside the VLM (it is trained
+separately, CLIP-style).
+
+Option scores come from a *grounded read-out* [PROPOSED; the task spec leaves the head open]: a
+bilinear grounding head scores every (option, frame) pair (max over the frame's tokens), giving each
+option a presence timeline p_t; the score is a linear read-out of the option's state plus
+question-weighted summaries of its timeline -- ever seen (max), how long (mean), when first (expected
+first-hit rank) -- and, for counting, the agreement between the option's number and the count of
+distinct referents the count probes ground (one probe per attribute word, e.g. colour, each
+grounding "a <colour> <thing the question asks about>"). Training supervises the timelines densely
+(which frames show the option's referent), so the model learns to look before it learns to answer;
+a plain linear read-out of the option token stayed at chance for hundreds of steps because the
+option tokens had to discover, through the answer loss alone, which of ~500 frame tokens to attend.
 """
 
 from __future__ import annotations
@@ -41,6 +53,9 @@ class VLMConfig:
     dec_layers: int = 1
     max_caption: int = 16
     aux_classes: int = 98  # per-frame presence of 10 colours, 8 shapes, 80 colour-shape pairs (training signal only)
+    ground_dim: int = 64  # the grounding head's query/key width
+    count_words: list[str] = field(default_factory=list)  # attribute words of the count probes (e.g. colours)
+    layer_scale: float = 1e-2
     vit: ViTConfig = field(default_factory=ViTConfig)
     vocab: list[str] = field(default_factory=list)  # caption words; 0 = <pad>, 1 = <bos>, 2 = <eos>
 
@@ -76,10 +91,18 @@ class BuiltinVLMModel(nn.Module):
         self.text_in = nn.Linear(TEXT_DIM, d)
         self.option_in = nn.Linear(TEXT_DIM, d)
         self.option_slot = nn.Embedding(c.max_options, d)
-        self.kind = nn.Embedding(3, d)  # 0 question, 1 option, 2 frame
-        self.blocks = nn.ModuleList(Block(d, c.heads, c.mlp_ratio) for _ in range(c.layers))
+        self.kind = nn.Embedding(4, d)  # 0 question, 1 option, 2 frame, 3 count probe
+        self.register_buffer("count_words", torch.zeros(len(c.count_words), TEXT_DIM))  # MiniLM embeddings, set in training
+        self.blocks = nn.ModuleList(Block(d, c.heads, c.mlp_ratio, c.layer_scale) for _ in range(c.layers))
         self.ln = nn.LayerNorm(d)
+        self.ground_q, self.ground_k = nn.Linear(d, c.ground_dim), nn.Linear(d, c.ground_dim)
+        self.ground_bias = nn.Parameter(torch.tensor(-2.0))
+        self.prior_scale = nn.Parameter(torch.tensor(10.0))
         self.score = nn.Linear(d, 1)
+        self.number = nn.Linear(d, 1)  # an option's numeric value, for the count agreement term
+        self.mix = nn.Linear(d, 4)  # question -> weights of (max, mean, first, count agreement)
+        nn.init.zeros_(self.mix.weight)
+        nn.init.zeros_(self.mix.bias)
         self.aux = nn.Linear(d, c.aux_classes)
         self.decoder = CaptionDecoder(max(3, len(c.vocab)), d, c.heads, c.dec_layers, c.max_caption)
 
@@ -89,12 +112,13 @@ class BuiltinVLMModel(nn.Module):
 
     # ---- vision
     @torch.no_grad()
-    def patch_tokens(self, frames: torch.Tensor) -> torch.Tensor:
-        """``(N, 3, H, W)`` in [-1, 1] -> ViT patch tokens ``(N, gh, gw, width)`` (frozen ViT)."""
+    def vision(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(N, 3, H, W)`` in [-1, 1] -> (ViT patch tokens ``(N, gh, gw, width)``, frame embeddings ``(N, 384)``
+        in MiniLM space), from the frozen ViT."""
         self.vit.eval()
-        _, tok = self.vit(frames)
+        emb, tok = self.vit(frames)
         g = frames.shape[-1] // self.config.vit.patch
-        return tok.reshape(len(frames), frames.shape[-2] // self.config.vit.patch, g, -1)
+        return tok.reshape(len(frames), frames.shape[-2] // self.config.vit.patch, g, -1), emb
 
     def visual_tokens(self, patches: torch.Tensor) -> torch.Tensor:
         """2x2 merge + spatial position: ``(N, gh, gw, w)`` -> ``(N, gh*gw/4, d)``."""
@@ -112,7 +136,9 @@ class BuiltinVLMModel(nn.Module):
     def encode(self, batch: dict) -> dict:
         """Run the encoder on a collated batch (see ``collate``); returns hidden states and masks."""
         d = self.config.d_model
-        vis = self.visual_tokens(batch["patches"])  # (sumT, P, d)
+        # each frame token also gets the frame's ViT embedding through the options' projection: text
+        # and image share MiniLM space, so an option and the frames showing it start out similar
+        vis = self.visual_tokens(batch["patches"]) + self.option_in(batch["frame_emb"])[:, None]  # (sumT, P, d)
         P = vis.shape[1]
         B, Tm = batch["frame_mask"].shape
         frames = vis.new_zeros(B, Tm, P, d)
@@ -120,17 +146,50 @@ class BuiltinVLMModel(nn.Module):
         frames = frames + self.temporal(torch.arange(Tm, device=vis.device))[None, :, None] + self.kind.weight[2]
         q = self.text_in(batch["question"]) + self.kind.weight[0]
         o = self.option_in(batch["options"]) + self.option_slot.weight[: batch["options"].shape[1]] + self.kind.weight[1]
-        x = torch.cat([q, o, frames.reshape(B, Tm * P, d)], 1)
-        valid = torch.cat([batch["question_mask"], batch["option_mask"], batch["frame_mask"].repeat_interleave(P, 1)], 1)
+        c = (self.option_in(self.count_words) + self.kind.weight[3]).expand(B, -1, -1)
+        x = torch.cat([q, o, c, frames.reshape(B, Tm * P, d)], 1)
+        cm = batch["frame_mask"].new_ones(B, c.shape[1])
+        valid = torch.cat([batch["question_mask"], batch["option_mask"], cm, batch["frame_mask"].repeat_interleave(P, 1)], 1)
         attn = valid[:, None, None, :]  # key mask, broadcast over heads and queries
         for blk in self.blocks:
             x = blk(x, attn)
         x = self.ln(x)
-        nq, no = q.shape[1], o.shape[1]
-        return {"hidden": x, "valid": valid, "option_states": x[:, nq : nq + no], "frame_states": x[:, nq + no :].reshape(B, Tm, P, d)}
+        nq, no, nc = q.shape[1], o.shape[1], c.shape[1]
+        qm = batch["question_mask"].unsqueeze(-1).float()
+        return {"hidden": x, "valid": valid, "question_state": (x[:, :nq] * qm).sum(1) / qm.sum(1).clamp(min=1),
+                "option_states": x[:, nq : nq + no], "probe_states": x[:, nq + no : nq + no + nc],
+                "frame_states": x[:, nq + no + nc :].reshape(B, Tm, P, d), "frame_mask": batch["frame_mask"],
+                "options": batch["options"], "frame_emb": self._padded_frame_emb(batch)}
+
+    @staticmethod
+    def _padded_frame_emb(batch: dict) -> torch.Tensor:
+        fe = batch["frame_emb"].new_zeros(*batch["frame_mask"].shape, batch["frame_emb"].shape[-1])
+        fe[batch["frame_mask"]] = batch["frame_emb"]
+        return fe
+
+    def grounding(self, enc: dict, which: str = "option_states") -> torch.Tensor:
+        """Logits that each option (or count probe) is visible in each frame: ``(B, O, T)``, max over the frame's tokens."""
+        q = self.ground_q(enc[which])  # (B, O, g)
+        k = self.ground_k(enc["frame_states"])  # (B, T, P, g)
+        g = torch.einsum("bog,btpg->botp", q, k).amax(-1) / q.shape[-1] ** 0.5 + self.ground_bias
+        # zero-shot prior: cosine of the referent's MiniLM embedding and the frame's ViT embedding
+        text = enc["options"] if which == "option_states" else self.count_words.expand(len(g), -1, -1)
+        g = g + self.prior_scale * torch.einsum("boe,bte->bot", F.normalize(text, dim=-1), enc["frame_emb"])
+        return g.masked_fill(~enc["frame_mask"][:, None], -30.0)
 
     def option_logits(self, enc: dict, option_mask: torch.Tensor) -> torch.Tensor:
-        return self.score(enc["option_states"]).squeeze(-1).masked_fill(~option_mask, float("-inf"))
+        fm = enc["frame_mask"].float()
+        n = fm.sum(1).clamp(min=1)[:, None]  # (B, 1)
+        p = torch.sigmoid(self.grounding(enc))  # (B, O, T); 0 on padding frames
+        rank = (fm.cumsum(1) - 1).clamp(min=0) / (n - 1).clamp(min=1)  # frame order in [0, 1]
+        survive = torch.cumprod(torch.cat([torch.ones_like(p[..., :1]), 1 - p[..., :-1]], -1), -1)
+        first = (p * survive * rank[:, None]).sum(-1) + survive[..., -1] * (1 - p[..., -1])  # never seen -> 1
+        count = torch.sigmoid(self.grounding(enc, "probe_states")).amax(-1).sum(-1, keepdim=True)  # (B, 1)
+        agree = -(count - self.number(enc["option_states"]).squeeze(-1)).square()
+        feats = torch.stack([p.amax(-1), p.sum(-1) / n, first, agree], -1)  # (B, O, 4)
+        w = self.mix(enc["question_state"])[:, None]  # (B, 1, 4)
+        logits = self.score(enc["option_states"]).squeeze(-1) + (w * feats).sum(-1)
+        return logits.masked_fill(~option_mask, float("-inf"))
 
     def aux_logits(self, enc: dict) -> torch.Tensor:
         return self.aux(enc["frame_states"].mean(2))  # (B, Tm, aux_classes)
@@ -156,7 +215,7 @@ class BuiltinVLMModel(nn.Module):
 def collate(items: list[dict], device: torch.device | str = "cpu") -> dict:
     """Pad a list of examples into one batch.
 
-    Each item: ``patches`` ``(T, gh, gw, w)`` (all items in a batch share one resolution),
+    Each item: ``patches`` ``(T, gh, gw, w)`` (all items in a batch share one resolution), ``frame_emb`` ``(T, 384)``,
     ``question`` ``(Lq, 384)``, ``options`` ``(O, 384)``.
     """
     B = len(items)
@@ -173,7 +232,8 @@ def collate(items: list[dict], device: torch.device | str = "cpu") -> dict:
         o[i, : len(it["options"])], om[i, : len(it["options"])] = it["options"], True
         fm[i, : len(it["patches"])] = True
     patches = torch.cat([it["patches"] for it in items]).to(device)
-    return {"patches": patches, "question": q.to(device), "options": o.to(device), "question_mask": qm.to(device),
+    frame_emb = torch.cat([it["frame_emb"] for it in items]).to(device)
+    return {"patches": patches, "frame_emb": frame_emb, "question": q.to(device), "options": o.to(device), "question_mask": qm.to(device),
             "option_mask": om.to(device), "frame_mask": fm.to(device)}
 
 
