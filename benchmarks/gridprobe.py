@@ -1,7 +1,8 @@
 """Benchmark GridProbe against its baselines on held-out synthetic long-video questions.
 
-    python -m benchmarks.gridprobe [--vlm builtin|PATH] [--answerer PATH] [--n 60] [--grids 6,8,12,16]
+    python -m benchmarks.gridprobe [--vlm builtin|PATH] [--answerer PATH] [--n 60] [--start 0] [--grids 6,8,12,16]
                                    [--probe-scales 1,0.5,0.25] [--levels 1,2,3] [--out outputs/bench/gridprobe]
+    python -m benchmarks.gridprobe --merge DIR [DIR ...] --out DIR   # summarise shards run in parallel
 
 Questions: worldgen ``longqa`` items of the **test** split (seeds ``split_seed("test", seed, i)``,
 never seen in training), levels cycled (1: 1,000 frames / 4 options, 2: 2,000 / 6, 3: 4,000 / 8),
@@ -12,6 +13,8 @@ Methods (``pipelines.gridprobe.baselines``): GridProbe and the probe ensemble pe
 full-frame, uniform-M (fixed budget), and uniform / random / encoder-similarity at GridProbe's
 M_eff. One pool fetch and one probe run per (question, K, probe scale) feed every method.
 
+Per-question rows are appended to ``rows.jsonl`` as they finish, so an interrupted run resumes
+where it stopped (same arguments), and ``--start`` shards split one benchmark over processes.
 Writes ``results.json`` (every per-question row and the summary), ``results.md`` (accuracy with
 Wilson 95% intervals, mean TFLOPs, ratio to full-frame, per-kind and per-level accuracy, the
 Spearman correlation between M_eff and difficulty level) and ``pareto.png`` (accuracy vs TFLOPs).
@@ -83,8 +86,13 @@ def run(args) -> list[dict]:
 
     pipe = load_pipeline(args)
     base = pipe.config
-    rows = []
-    for i in range(args.n):
+    log = Path(args.out) / "rows.jsonl"
+    rows = read_rows([Path(args.out)])
+    done = {r["item"] for r in rows}
+    for i in range(args.start, args.start + args.n):
+        if i in done:
+            continue
+        item_rows = []
         level = args.levels[i % len(args.levels)]
         seed = split_seed("test", args.seed, i)
         sample = longqa.generate(seed, longqa.Config(level=level))
@@ -97,7 +105,7 @@ def run(args) -> list[dict]:
             cmp = compare_methods(pipe, source, rec["question"], rec["options"], probe_scales=args.probe_scales,
                                   fixed_budget=args.fixed_budget, generator=seed)
             for r in cmp.results:
-                rows.append({
+                item_rows.append({
                     "item": i, "seed": seed, "level": level, "kind": rec["kind"], "K": K, "method": r.method,
                     "probe_scale": r.probe_scale, "label": r.label, "correct": r.answer_index == rec["answer_index"],
                     "answer_index": r.answer_index, "gold_index": rec["answer_index"], "tflops": r.tflops,
@@ -108,6 +116,32 @@ def run(args) -> list[dict]:
                         time.perf_counter() - t0,
                         " ".join(f"{'ok' if r.answer_index == rec['answer_index'] else 'xx'}(M={r.m_eff})"
                                  for r in cmp.results if r.method == "gridprobe"))
+        with log.open("a") as f:  # one line per row, a whole item at a time: a resumed run redoes at most one item
+            f.write("".join(json.dumps(r, default=_plain) + "\n" for r in item_rows))
+        rows += item_rows
+    return [r for r in rows if args.start <= r["item"] < args.start + args.n]
+
+
+def _plain(o):
+    return o.item() if hasattr(o, "item") else str(o)  # numpy scalars -> Python
+
+
+def read_rows(dirs: list[Path]) -> list[dict]:
+    """Rows from the ``rows.jsonl`` of each directory (later duplicates of an (item, K, label) are dropped)."""
+    rows, seen = [], set()
+    for d in dirs:
+        path = d / "rows.jsonl"
+        if not path.is_file():
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+            key = (r["item"], r["K"], r["label"])
+            if key not in seen:
+                seen.add(key)
+                rows.append(r)
     return rows
 
 
@@ -281,6 +315,8 @@ def main(argv=None) -> int:
     ap.add_argument("--vlm", default="builtin", help="selector VLM: 'builtin' or a transformers checkpoint directory")
     ap.add_argument("--answerer", help="VLM for every answering pass (default: the selector)")
     ap.add_argument("--n", type=int, default=60, help="number of test questions (default 60)")
+    ap.add_argument("--start", type=int, default=0, help="index of the first question (to shard a run over processes)")
+    ap.add_argument("--merge", nargs="+", type=Path, metavar="DIR", help="summarise the rows of these finished runs into --out")
     ap.add_argument("--grids", type=_ints, default=[6, 8, 12, 16], help="comma-separated K values (default 6,8,12,16)")
     ap.add_argument("--probe-scales", type=_floats, default=[1.0, 0.5, 0.25], help="probe resolutions (default 1,0.5,0.25)")
     ap.add_argument("--levels", type=_ints, default=[1, 2, 3], help="longqa levels, cycled over items (default 1,2,3)")
@@ -299,12 +335,23 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    rows = run(args)
+    if args.merge:
+        rows = read_rows(args.merge)
+        metas = [json.loads((d / "results.json").read_text())["meta"] for d in args.merge if (d / "results.json").is_file()]
+        args.n = len({r["item"] for r in rows})
+        args.grids = sorted({r["K"] for r in rows})
+        elapsed = sum(m["seconds"] for m in metas)
+        for key in ("probe_scales", "levels", "vlm", "answerer", "fixed_budget", "seed"):
+            if metas and key in metas[0]:
+                setattr(args, key, metas[0][key])
+    else:
+        rows = run(args)
+        elapsed = time.perf_counter() - t0
     summary = summarise(rows)
     meta = {"command": "python -m benchmarks.gridprobe " + " ".join(argv if argv is not None else sys.argv[1:]),
             "n": args.n, "grids": args.grids, "probe_scales": args.probe_scales, "levels": args.levels, "vlm": args.vlm,
             "answerer": args.answerer, "fixed_budget": args.fixed_budget, "seed": args.seed,
-            "seconds": time.perf_counter() - t0, "python": platform.python_version(), "machine": platform.machine()}
+            "seconds": elapsed, "python": platform.python_version(), "machine": platform.machine()}
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1, default=str))
     (out / "results.md").write_text(markdown(summary, meta))
     pareto_plot(summary, out / "pareto.png")
