@@ -1,7 +1,7 @@
 """`make demo` / `atelier demo`: run the showcase jobs and write ``OUT/index.html``.
 
-Each pipeline adds its showcase here as it lands; the foundation shows the video tools on the
-bundled real clip.
+Each pipeline adds its showcase here as it lands: the video tools on the bundled real clip,
+GridProbe answering a held-out long-video question with the builtin VLM, and worldgen previews.
 """
 
 from __future__ import annotations
@@ -56,9 +56,39 @@ def run_demo(out: str | Path, video: str | Path | None = None) -> Path:
         images=[sheet["contact_sheet"]], videos=[ov["output"]], data=info,
         command=f"atelier video sample {video} -n 8 && atelier video overlay {video} --motion",
     ))
+    logger.info("GridProbe on a held-out longqa clip")
+    _add_gridprobe(gallery, out)
     logger.info("worldgen previews")
     _add_worldgen(gallery, out)
     return gallery.write()
+
+
+def _add_gridprobe(gallery: Gallery, out: Path) -> None:
+    """A 1,000-frame needle question (test split, never trained on), answered by GridProbe with the builtin VLM."""
+    from app.ask import BuiltinUnavailableError, ask, format_summary
+    from core.video import write_video
+    from worldgen.tasks import longqa
+    from worldgen.tasks.base import split_seed
+
+    sample = longqa.generate(split_seed("test", 7, 0), longqa.Config(level=1, kind="needle"))
+    rec, world = sample.record, sample.worlds["video"]
+    clip = write_video(out / "gridprobe" / "clip.mp4", (world.render(t, annotations=False).rgb for t in range(world.num_frames)),
+                       fps=world.fps)
+    try:
+        s = ask(clip, rec["question"], rec["options"], out_dir=out / "gridprobe", probe_scale=0.5, progress=False)
+    except BuiltinUnavailableError as e:
+        logger.warning("GridProbe demo skipped: %s", e)
+        return
+    evidence = longqa.evidence_frames(rec)
+    gallery.add(Section(
+        "GridProbe: long-video QA that chooses its own frames",
+        f"{rec['question']} Options: {', '.join(rec['options'])} (truth: {rec['answer']}; the object is on screen in "
+        f"frames {evidence[0]}-{evidence[-1]} of {rec['num_frames']}). Row and column probes of a 12x12 pool at half "
+        f"resolution give the importance map (chosen cells outlined); the chosen frames go to the focused pass.",
+        images=[s["files"]["importance_map.png"], s["files"]["selected_frames.png"]], videos=[str(clip)],
+        data={"summary": format_summary(s)},
+        command=f"atelier ask {clip} --question \"{rec['question']}\" --options {' '.join(rec['options'])} --probe-scale 0.5",
+    ))
 
 
 def _add_worldgen(gallery: Gallery, out: Path) -> None:

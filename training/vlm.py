@@ -420,14 +420,18 @@ def _write_card(out_dir: Path, model, metrics: dict, steps: int, data: VLMDataCo
     (out_dir / "card.md").write_text(f"""# builtin VLM
 
 A {c.layers}-layer, width-{c.d_model} transformer over [question tokens (frozen MiniLM states), option
-tokens (MiniLM sentence embeddings), frame tokens (frozen builtin ViT patch tokens merged 2x2: 16 per
-64x64 frame, 4 per 32x32)], with a linear option scorer and a {c.dec_layers}-layer caption decoder.
+tokens (MiniLM sentence embeddings), {len(c.count_words)} count probes, frame tokens (frozen builtin ViT patch
+tokens merged 2x2: 16 per 64x64 frame, 4 per 32x32, plus the frame's ViT embedding)], with a grounded
+option read-out (per-option presence timelines over the frames, summarised as ever / how long / when
+first, plus a count-agreement term) and a {c.dec_layers}-layer caption decoder.
 {n_all / 1e6:.2f} M parameters ({(n_all - n_vit) / 1e6:.2f} M trained here, {n_vit / 1e6:.2f} M frozen ViT), {size_mb:.1f} MB.
 
 - **Data:** worldgen `longqa` (levels 1-3, train split seeds) with frames shown as uniform samples
   plus evidence, row/column probes of K x K pools (K in 6, 8, 12, 16) and plain uniform samples;
-  the target is the answer the shown frames determine, else uniform. Per-frame presence labels
-  (colours, shapes). Captions of single-object clips. Half the batches at 32x32. No files.
+  the target is the answer the shown frames determine, else uniform. Kinds drawn with weights
+  {dict(zip(longqa.KINDS, data.kind_weights))}. Dense grounding targets (which shown frames contain each
+  option's referent; for counting, each "<colour> <asked shape>" probe), per-frame presence labels
+  (colours, shapes, pairs). Captions of single-object clips. Half the batches at 32x32. No files.
 - **Training:** {steps} steps x {data.batch_size} QA items (+{data.caption_items} captions in 64x64 batches),
   AdamW lr 7e-4, warmup + cosine, frames per item growing from {data.max_frames_start} to {data.max_frames_end};
   wall time {wall / 60:.1f} min on this machine's 2 CPU cores.
