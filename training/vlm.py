@@ -60,7 +60,7 @@ class VLMDataConfig:
     batch_size: int = 16
     caption_items: int = 4  # added to full-resolution batches
     max_frames_start: int = 8
-    max_frames_end: int = 24
+    max_frames_end: int = 48  # 32x32 inputs; 64x64 ones take 2/3 of it, at most 20 (cost)
     low_res_p: float = 0.5
     curriculum_steps: int = 1000
     # question kinds are drawn with these weights: the conjunction kinds (needle: colour and shape
@@ -284,7 +284,7 @@ def make_items(step: int, cfg: VLMDataConfig, split: str = "train") -> list[dict
     frac = min(1.0, step / max(1, cfg.curriculum_steps))
     max_frames = int(cfg.max_frames_start + frac * (cfg.max_frames_end - cfg.max_frames_start))
     size = 32 if rng.random() < cfg.low_res_p else 64
-    n = max_frames if size == 32 else max(8, 2 * max_frames // 3)
+    n = max_frames if size == 32 else max(8, min(20, 2 * max_frames // 3))
     w = np.asarray(cfg.kind_weights) / np.sum(cfg.kind_weights)
     items = [qa_example(int(rng.integers(2**31)), n, size, kind=str(rng.choice(longqa.KINDS, p=w))) for _ in range(cfg.batch_size)]
     if size == 64:
@@ -433,7 +433,7 @@ first, plus a count-agreement term) and a {c.dec_layers}-layer caption decoder.
   option's referent; for counting, each "<colour> <asked shape>" probe), per-frame presence labels
   (colours, shapes, pairs). Captions of single-object clips. Half the batches at 32x32. No files.
 - **Training:** {steps} steps x {data.batch_size} QA items (+{data.caption_items} captions in 64x64 batches),
-  AdamW lr 7e-4, warmup + cosine, frames per item growing from {data.max_frames_start} to {data.max_frames_end};
+  AdamW lr 7e-4, warmup + cosine, frames per item growing from {data.max_frames_start} to {data.max_frames_end} (32x32; 64x64: at most 20) plus evidence;
   wall time {wall / 60:.1f} min on this machine's 2 CPU cores.
 - **Evaluation** (test-split seeds; `training/vlm.py: evaluate_vlm`): accuracy with all evidence
   present (16 uniform frames + up to 16 evidence frames at 64x64; 40 questions per kind, levels 1-3);

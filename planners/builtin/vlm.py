@@ -9,8 +9,10 @@ Layout of the encoder input (one sequence, bidirectional attention):
 Visual tokens follow Qwen-VL's recipe: the ViT's 8x8-pixel patch tokens are merged 2x2 (concatenated,
 then projected), so a 64x64 frame gives 16 tokens and a 32x32 frame 4; compute therefore scales with
 resolution as in real VLMs, which is what makes GridProbe's compute accounting meaningful. Each frame
-token gets a spatial position (merged grid, interpolated) and a temporal one (the frame's rank in the
-input, so order questions are answerable). The ViT is frozen inside the VLM (it is trained
+token gets a spatial position (merged grid, interpolated) and a temporal one: the frame's rank in the
+input scaled to [0, 1] and read from a small learned table by linear interpolation, so order
+questions are answerable and a clip of 144 frames uses the same positions as the 4-48 frame inputs
+of training (an absolute-rank table leaves every rank beyond the longest training input untrained). The ViT is frozen inside the VLM (it is trained
 separately, CLIP-style).
 
 Option scores come from a *grounded read-out* [PROPOSED; the task spec leaves the head open]: a
@@ -49,6 +51,7 @@ class VLMConfig:
     heads: int = 4
     mlp_ratio: int = 4
     max_frames: int = 256
+    time_slots: int = 32  # entries of the temporal position table (interpolated at normalised ranks)
     max_options: int = 10
     dec_layers: int = 1
     max_caption: int = 16
@@ -87,7 +90,7 @@ class BuiltinVLMModel(nn.Module):
         self.merge = nn.Sequential(nn.LayerNorm(4 * c.vit.width), nn.Linear(4 * c.vit.width, d))
         grid = c.vit.image_size // c.vit.patch // 2
         self.spatial = nn.Parameter(torch.randn(1, grid * grid, d) * 0.02)
-        self.temporal = nn.Embedding(c.max_frames, d)
+        self.temporal = nn.Parameter(torch.randn(1, c.time_slots, d) * 0.02)
         self.text_in = nn.Linear(TEXT_DIM, d)
         self.option_in = nn.Linear(TEXT_DIM, d)
         self.option_slot = nn.Embedding(c.max_options, d)
@@ -132,6 +135,16 @@ class BuiltinVLMModel(nn.Module):
             sp = sp.permute(0, 2, 3, 1).reshape(1, -1, sp.shape[1])
         return x + sp
 
+    def temporal_positions(self, frame_mask: torch.Tensor) -> torch.Tensor:
+        """``(B, T)`` frame mask -> ``(B, T, d)``: the table interpolated at rank / (frames - 1)."""
+        slots = self.temporal.shape[1]
+        n = frame_mask.sum(1, keepdim=True).clamp(min=2).float()
+        pos = (torch.arange(frame_mask.shape[1], device=frame_mask.device)[None] / (n - 1)).clamp(max=1) * (slots - 1)
+        lo = pos.floor().long().clamp(max=slots - 2)
+        w = (pos - lo).unsqueeze(-1)
+        table = self.temporal[0]
+        return table[lo] * (1 - w) + table[lo + 1] * w
+
     # ---- the encoder
     def encode(self, batch: dict) -> dict:
         """Run the encoder on a collated batch (see ``collate``); returns hidden states and masks."""
@@ -143,7 +156,7 @@ class BuiltinVLMModel(nn.Module):
         B, Tm = batch["frame_mask"].shape
         frames = vis.new_zeros(B, Tm, P, d)
         frames[batch["frame_mask"]] = vis
-        frames = frames + self.temporal(torch.arange(Tm, device=vis.device))[None, :, None] + self.kind.weight[2]
+        frames = frames + self.temporal_positions(batch["frame_mask"])[:, :, None] + self.kind.weight[2]
         q = self.text_in(batch["question"]) + self.kind.weight[0]
         o = self.option_in(batch["options"]) + self.option_slot.weight[: batch["options"].shape[1]] + self.kind.weight[1]
         c = (self.option_in(self.count_words) + self.kind.weight[3]).expand(B, -1, -1)
