@@ -74,3 +74,24 @@ def test_vit_embeds_at_two_resolutions(tmp_path):
 
     with pytest.raises(InputError, match="multiples"):
         vit.embed(_frames(1, 60))
+
+
+def test_vision_cache_reuses_frames_and_changes_nothing(vlm, monkeypatch):
+    frames = _frames(6, 32, seed=3)
+    prompt = format_mcq_prompt("Which colour never appears?", ["red", "blue"])
+    vlm._vision_cache.clear()
+    first = vlm.option_posterior(frames, prompt, ["red", "blue"])
+    seen = []
+    real = vlm.model.vision
+    monkeypatch.setattr(vlm.model, "vision", lambda x: seen.append(len(x)) or real(x))
+    again = vlm.option_posterior(frames[[5, 0, 2, 1, 3, 4]][[1, 3, 2, 4, 5, 0]], prompt, ["red", "blue"])
+    np.testing.assert_allclose(again, first, atol=1e-6)
+    assert seen == []  # every frame came from the cache
+    vlm.option_posterior(np.concatenate([frames[:2], _frames(2, 32, seed=9)]), prompt, ["red", "blue"])
+    assert seen == [2]  # only the two new frames went through the ViT
+    vlm._vision_cache_size, size = 3, vlm._vision_cache_size
+    try:
+        vlm.option_posterior(frames, prompt, ["red", "blue"])
+        assert len(vlm._vision_cache) == 3
+    finally:
+        vlm._vision_cache_size = size

@@ -7,8 +7,10 @@ which maps text into the same space as ``encode_images`` (the ViT was trained ag
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -54,9 +56,13 @@ class BuiltinVisionLanguageModel:
 
     backend = "builtin"
 
-    def __init__(self, model: BuiltinVLMModel, text: MiniLM | None = None):
+    def __init__(self, model: BuiltinVLMModel, text: MiniLM | None = None, vision_cache: int = 512):
         self.model = model.eval()
         self.text = text or MiniLM()
+        # ViT outputs of recently seen frames, keyed by their bytes: GridProbe shows every pool frame
+        # to a row and a column probe, and the focused / baseline passes show them again
+        self._vision_cache: OrderedDict[bytes, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        self._vision_cache_size = vision_cache
         c = model.config
         self._dims = TransformerDims(hidden=c.d_model, intermediate=c.mlp_ratio * c.d_model, layers=c.layers, heads=c.heads, kv_heads=c.heads, vocab=1)
         self._vocab = c.vocab
@@ -75,6 +81,7 @@ class BuiltinVisionLanguageModel:
     def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> BuiltinVisionLanguageModel:
         if device is not None:
             self.model.to(select_device(device))
+            self._vision_cache.clear()
         if dtype is not None and dtype != torch.float32:
             logger.warning("the built-in VLM runs in float32; ignoring dtype=%s", dtype)
         return self
@@ -95,9 +102,24 @@ class BuiltinVisionLanguageModel:
         frames = self._frames(frames)
         if len(frames) > self.model.config.max_frames:
             raise InputError("frames", f"{len(frames)} frames", f"the built-in VLM takes at most {self.model.config.max_frames}")
-        patches, emb = self.model.vision(frames_to_tensor(frames, self.device))
+        patches, emb = self._vision(frames)
         opts = self.text.encode(list(options)) if options else torch.zeros(0, 384)
         return collate([{"patches": patches, "frame_emb": emb, "question": self.text.tokens([question])[0], "options": opts}], self.device)
+
+    def _vision(self, frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The frozen ViT's (patch tokens, frame embeddings), reusing cached frames."""
+        keys = [hashlib.blake2b(f.tobytes(), digest_size=16, person=str(f.shape).encode()[:16]).digest() for f in frames]
+        todo = sorted({i for i, k in enumerate(keys) if k not in self._vision_cache})
+        if todo:
+            patches, emb = self.model.vision(frames_to_tensor(frames[todo], self.device))
+            for j, i in enumerate(todo):
+                self._vision_cache[keys[i]] = (patches[j], emb[j])
+        out = [self._vision_cache[k] for k in keys]
+        for k in keys:
+            self._vision_cache.move_to_end(k)
+        while len(self._vision_cache) > self._vision_cache_size:
+            self._vision_cache.popitem(last=False)
+        return torch.stack([o[0] for o in out]), torch.stack([o[1] for o in out])
 
     # ---- the protocol
     @torch.no_grad()
