@@ -58,7 +58,7 @@ def caption_vocab() -> list[str]:
 @dataclass
 class VLMDataConfig:
     batch_size: int = 16
-    caption_items: int = 4  # added to full-resolution batches
+    caption_items: int = 6  # added to full-resolution batches
     max_frames_start: int = 8
     max_frames_end: int = 48  # 32x32 inputs; 64x64 ones take 2/3 of it, at most 20 (cost)
     low_res_p: float = 0.5
@@ -171,29 +171,49 @@ def _frames_for_mode(rng, rec, n_total, max_frames, mode):
     return sorted(set((grid[r] if mode == "row" else grid[:, r]).tolist()))
 
 
-def caption_text(world) -> str:
+MOTION_PHRASES = ("stays still", "moves in a circle", "stops and starts", "bounces around",
+                  "moves left", "moves right", "moves up", "moves down")  # fmt: skip
+CAPTION_FRAMES = 24  # clip length; every 2nd frame is shown
+
+
+def caption_motion(world) -> str | None:
+    """The motion phrase a single-object clip shows, or None when it shows none clearly.
+
+    Phrases follow the trajectory, not just the motion program: a "bounce" that meets no wall
+    during the clip is a straight move, and a slow drift (under 10% of the frame) has no phrase."""
     from worldgen.captions import direction
 
     o = world.objects[0]
-    kind = o.motion.kind
+    if o.motion.kind in MOTION_WORDS and o.motion.kind != "bounce":
+        return MOTION_WORDS[o.motion.kind]
+    if o.motion.kind == "bounce" and np.any(np.diff(world.track["bounces"][:, 0], axis=0) != 0):
+        return MOTION_WORDS["bounce"]
     d = direction(world, o.id)
-    motion = DIRECTION_WORDS[d] if kind in ("linear", "accelerate") and d else MOTION_WORDS.get(kind, "bounces around")
-    art = "an" if o.color[0] in "aeiou" else "a"
-    return f"{art} {o.color} {o.shape} {motion}"
+    return DIRECTION_WORDS[d] if d else None
 
 
 def caption_example(seed: int) -> dict:
-    world = sample_world(seed, SceneConfig(num_frames=24, num_shapes=(1, 1), p_transient=0.0))
-    idx = list(range(0, 24, 3))
+    """A single-object clip with a clear motion (re-drawn from the seed until it has one) and its caption."""
+    for k in range(50):
+        s = seed if k == 0 else int(np.random.default_rng([seed, k]).integers(2**31))
+        world = sample_world(s, SceneConfig(num_frames=CAPTION_FRAMES, num_shapes=(1, 1), p_transient=0.0))
+        motion = caption_motion(world)
+        if motion is not None:
+            break
+    o = world.objects[0]
+    idx = list(range(0, CAPTION_FRAMES, 2))
     frames, aux, _ = render(world, idx, 64)
-    return {"frames": frames, "aux": aux, "caption": caption_text(world), "world": world}
+    art = "an" if o.color[0] in "aeiou" else "a"
+    centre = world.track["pos"][idx, 0] / np.array([world.width, world.height]) * 2 - 1
+    return {"frames": frames, "aux": aux, "caption": f"{art} {o.color} {o.shape} {motion}", "world": world,
+            "motion": MOTION_PHRASES.index(motion), "centre": centre.astype(np.float32)}
 
 
 # ---------------------------------------------------------------------------- the objective
 
 
 class VLMObjective:
-    def __init__(self, text: MiniLM, vocab: list[str], aux_weight: float = 0.5, caption_weight: float = 0.5,
+    def __init__(self, text: MiniLM, vocab: list[str], aux_weight: float = 0.5, caption_weight: float = 1.0,
                  ground_weight: float = 1.0, fast_vit: bool = False):
         self.text, self.vocab = text, {w: i for i, w in enumerate(vocab)}
         self.fast_vit = fast_vit  # training only: evaluation runs the ViT in float32, as inference does
@@ -259,6 +279,18 @@ class VLMObjective:
             cap_loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), words[:, 1:].reshape(-1), ignore_index=0)
             loss = loss + self.caption_weight * cap_loss
             logs["caption_loss"] = float(cap_loss.detach())
+            # motion needs positions compared across frames: supervise where the object is in each
+            # frame and which motion the clip shows (training-only heads)
+            fm = batch["frame_mask"][cap].float()[..., None]
+            per_frame = enc["frame_states"][cap].mean(2)  # (C, T, d)
+            motion_logits = model.motion_head((per_frame * fm).sum(1) / fm.sum(1))
+            motion_loss = F.cross_entropy(motion_logits, torch.tensor([items[i]["motion"] for i in cap], device=dev))
+            centre = torch.zeros(len(cap), per_frame.shape[1], 2, device=dev)
+            for r, i in enumerate(cap):
+                centre[r, : len(items[i]["centre"])] = torch.from_numpy(items[i]["centre"])
+            where_loss = ((model.where_head(per_frame) - centre).square() * fm).sum() / fm.sum() / 2
+            loss = loss + self.caption_weight * (motion_loss + where_loss)
+            logs["motion_loss"], logs["where_loss"] = float(motion_loss.detach()), float(where_loss.detach())
         return loss, logs
 
 
@@ -323,7 +355,7 @@ def greedy_caption(model: BuiltinVLMModel, objective: VLMObjective, items: list[
     return [" ".join(inv[int(i)] for i in row[1:] if int(i) > 2) for row in words.cpu()]
 
 
-def evaluate_vlm(model: BuiltinVLMModel, objective: VLMObjective, n_per_kind: int = 40, n_probe: int = 40, n_caption: int = 60) -> dict:
+def evaluate_vlm(model: BuiltinVLMModel, objective: VLMObjective, n_per_kind: int = 40, n_probe: int = 60, n_caption: int = 60) -> dict:
     model.eval()
     out: dict = {}
     # 1) accuracy with all evidence frames present (16 uniform + up to 16 evidence frames, 64x64)
@@ -338,15 +370,17 @@ def evaluate_vlm(model: BuiltinVLMModel, objective: VLMObjective, n_per_kind: in
         correct[kind] = [int(np.argmax(p[: len(it["options"])]) == it["answer_index"]) for p, it in zip(probs, items)]
         out[f"acc_{kind}"] = round(float(np.mean(correct[kind])), 4)
     out["acc_overall"] = round(float(np.mean(sum(correct.values(), []))), 4)
-    # 2) calibration on 12-frame probes at 32x32 (row and column probes of a 144-frame pool)
+    # 2) calibration on 12-frame 32x32 row/column probes of a 12x12 pool: per question, one probe whose
+    #    frames determine the answer ("hit") and one whose frames do not ("miss"), where both exist
     hit, miss = {k: [] for k in longqa.KINDS}, {k: [] for k in longqa.KINDS}
     for ki, kind in enumerate(longqa.KINDS):
-        items = [_kind_example(split_seed("test", 50_000 + 1000 * ki + i, 0), kind, 1 + i % 3, "row" if i % 2 else "col", 32) for i in range(n_probe)]
+        items = [it for i in range(n_probe) for it in _probe_pair(split_seed("test", 50_000 + 1000 * ki + i, 0), kind, 1 + i % 3)]
         for p, it in zip(scores(model, objective, items), items):
             (hit if it["determined"] else miss)[kind].append(float(np.max(p[: len(it["options"])])))
     for kind in longqa.KINDS:
         h, m = hit[kind], miss[kind]
         out[f"calib_gap_{kind}"] = round(float(np.mean(h) - np.mean(m)), 4) if h and m else None
+        out[f"calib_n_{kind}"] = [len(h), len(m)]
     allh, allm = sum(hit.values(), []), sum(miss.values(), [])
     out["calib_gap_overall"] = round(float(np.mean(allh) - np.mean(allm)), 4) if allh and allm else None
     # 3) captions: right colour, shape and motion words
@@ -361,6 +395,25 @@ def _caption_ok(generated: str, truth: str) -> bool:
     """Colour, shape and motion phrase all match (articles ignored)."""
     strip = lambda s: [w for w in s.split() if w not in ("a", "an")]  # noqa: E731
     return strip(generated) == strip(truth)
+
+
+def _probe_pair(seed: int, kind: str, level: int, k: int = 12, size: int = 32) -> list[dict]:
+    """A question's probes at ``size``: one determined by its frames and one not (either may be missing)."""
+    rng = np.random.default_rng(seed)
+    sample = longqa.generate(seed, longqa.Config(level=level, kind=kind))
+    rec, world = sample.record, sample.worlds["video"]
+    grid = _pool(world.num_frames, k).reshape(k, k)
+    probes = [grid[r] for r in range(k)] + [grid[:, c] for c in range(k)]
+    det = [longqa.answer(world, rec["question_struct"], p) == rec["answer"] for p in probes]
+    out = []
+    for want in (True, False):
+        cands = [i for i, d in enumerate(det) if d == want]
+        if cands:
+            idx = sorted(probes[int(rng.choice(cands))].tolist())
+            frames, aux, _ = render(world, idx, size)
+            out.append({"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"],
+                        "answer_index": rec["answer_index"], "kind": kind, "determined": want})
+    return out
 
 
 def _kind_example(seed: int, kind: str, level: int, mode: str, size: int) -> dict:
@@ -437,8 +490,11 @@ first, plus a count-agreement term) and a {c.dec_layers}-layer caption decoder.
   wall time {wall / 60:.1f} min on this machine's 2 CPU cores.
 - **Evaluation** (test-split seeds; `training/vlm.py: evaluate_vlm`): accuracy with all evidence
   present (16 uniform frames + up to 16 evidence frames at 64x64; 40 questions per kind, levels 1-3);
-  calibration gap = mean peak posterior on 12-frame 32x32 probes whose frames determine the
-  answer minus on those that do not (40 probes per kind); captions of 60 held-out clips.
+  calibration gap = mean peak posterior on 12-frame 32x32 row/column probes (12x12 pool) whose
+  frames determine the answer minus on those whose frames do not: for each of 60 questions per
+  kind one probe of each sort where the question has one (counts in `calib_n_*`: [hit, miss]);
+  captions of 60 held-out single-object clips (12 of 24 frames) must match colour, shape and
+  motion phrase.
 
 | metric | value |
 |---|---|

@@ -56,6 +56,7 @@ class VLMConfig:
     dec_layers: int = 1
     max_caption: int = 16
     aux_classes: int = 98  # per-frame presence of 10 colours, 8 shapes, 80 colour-shape pairs (training signal only)
+    motion_classes: int = 8  # clip-level motion phrases of the captions (training signal only)
     ground_dim: int = 64  # the grounding head's query/key width
     count_words: list[str] = field(default_factory=list)  # attribute words of the count probes (e.g. colours)
     layer_scale: float = 1e-2
@@ -107,6 +108,7 @@ class BuiltinVLMModel(nn.Module):
         nn.init.zeros_(self.mix.weight)
         nn.init.zeros_(self.mix.bias)
         self.aux = nn.Linear(d, c.aux_classes)
+        self.motion_head, self.where_head = nn.Linear(d, c.motion_classes), nn.Linear(d, 2)  # training-only heads
         self.decoder = CaptionDecoder(max(3, len(c.vocab)), d, c.heads, c.dec_layers, c.max_caption)
 
     @property
