@@ -282,13 +282,12 @@ class VLMObjective:
             # motion needs positions compared across frames: supervise where the object is in each
             # frame and which motion the clip shows (training-only heads)
             fm = batch["frame_mask"][cap].float()[..., None]
-            per_frame = enc["frame_states"][cap].mean(2)  # (C, T, d)
-            motion_logits = model.motion_head((per_frame * fm).sum(1) / fm.sum(1))
+            motion_logits = model.motion_head(enc["motion_state"][cap])
             motion_loss = F.cross_entropy(motion_logits, torch.tensor([items[i]["motion"] for i in cap], device=dev))
-            centre = torch.zeros(len(cap), per_frame.shape[1], 2, device=dev)
+            centre = torch.zeros(len(cap), fm.shape[1], 2, device=dev)
             for r, i in enumerate(cap):
                 centre[r, : len(items[i]["centre"])] = torch.from_numpy(items[i]["centre"])
-            where_loss = ((model.where_head(per_frame) - centre).square() * fm).sum() / fm.sum() / 2
+            where_loss = ((enc["where"][cap] - centre).square() * fm).sum() / fm.sum() / 2
             loss = loss + self.caption_weight * (motion_loss + where_loss)
             logs["motion_loss"], logs["where_loss"] = float(motion_loss.detach()), float(where_loss.detach())
         return loss, logs

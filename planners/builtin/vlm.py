@@ -21,7 +21,9 @@ option a presence timeline p_t; the score is a linear read-out of the option's s
 question-weighted summaries of its timeline -- ever seen (max), how long (mean), when first (expected
 first-hit rank) -- and, for counting, the agreement between the option's number and the count of
 distinct referents the count probes ground (one probe per attribute word, e.g. colour, each
-grounding "a <colour> <thing the question asks about>"). Training supervises the timelines densely
+grounding "a <colour> <thing the question asks about>"); the grounding query adds a projection of
+the question to the referent's, so conjunctions (colour from the question, shape from the option)
+are one bilinear match. Training supervises the timelines densely
 (which frames show the option's referent), so the model learns to look before it learns to answer;
 a plain linear read-out of the option token stayed at chance for hundreds of steps because the
 option tokens had to discover, through the answer loss alone, which of ~500 frame tokens to attend.
@@ -42,6 +44,7 @@ from core.weights_io import load_state_dict
 from planners.builtin.vit import Block, BuiltinViT, ViTConfig, save_builtin
 
 TEXT_DIM = 384  # MiniLM
+TRAJECTORY_POINTS = 12
 
 
 @dataclass
@@ -95,11 +98,12 @@ class BuiltinVLMModel(nn.Module):
         self.text_in = nn.Linear(TEXT_DIM, d)
         self.option_in = nn.Linear(TEXT_DIM, d)
         self.option_slot = nn.Embedding(c.max_options, d)
-        self.kind = nn.Embedding(4, d)  # 0 question, 1 option, 2 frame, 3 count probe
+        self.kind = nn.Embedding(5, d)  # 0 question, 1 option, 2 frame, 3 count probe, 4 motion
         self.register_buffer("count_words", torch.zeros(len(c.count_words), TEXT_DIM))  # MiniLM embeddings, set in training
         self.blocks = nn.ModuleList(Block(d, c.heads, c.mlp_ratio, c.layer_scale) for _ in range(c.layers))
         self.ln = nn.LayerNorm(d)
         self.ground_q, self.ground_k = nn.Linear(d, c.ground_dim), nn.Linear(d, c.ground_dim)
+        self.ground_question = nn.Linear(d, c.ground_dim)
         self.ground_bias = nn.Parameter(torch.tensor(-2.0))
         self.prior_scale = nn.Parameter(torch.tensor(10.0))
         self.score = nn.Linear(d, 1)
@@ -108,7 +112,9 @@ class BuiltinVLMModel(nn.Module):
         nn.init.zeros_(self.mix.weight)
         nn.init.zeros_(self.mix.bias)
         self.aux = nn.Linear(d, c.aux_classes)
-        self.motion_head, self.where_head = nn.Linear(d, c.motion_classes), nn.Linear(d, 2)  # training-only heads
+        self.motion_head = nn.Linear(d, c.motion_classes)  # training only
+        self.objectness, self.where_in = nn.Linear(d, 1), nn.Linear(2, d)
+        self.trajectory = nn.Sequential(nn.Linear(4 * TRAJECTORY_POINTS - 2, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, d))
         self.decoder = CaptionDecoder(max(3, len(c.vocab)), d, c.heads, c.dec_layers, c.max_caption)
 
     @property
@@ -125,17 +131,25 @@ class BuiltinVLMModel(nn.Module):
         g = frames.shape[-1] // self.config.vit.patch
         return tok.reshape(len(frames), frames.shape[-2] // self.config.vit.patch, g, -1), emb
 
-    def visual_tokens(self, patches: torch.Tensor) -> torch.Tensor:
-        """2x2 merge + spatial position: ``(N, gh, gw, w)`` -> ``(N, gh*gw/4, d)``."""
+    def visual_tokens(self, patches: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """2x2 merge + spatial position + the frame's salient-object position:
+        ``(N, gh, gw, w)`` -> (tokens ``(N, gh*gw/4, d)``, positions ``(N, 2)`` in [-1, 1])."""
         n, gh, gw, w = patches.shape
         x = patches.reshape(n, gh // 2, 2, gw // 2, 2, w).permute(0, 1, 3, 2, 4, 5).reshape(n, (gh // 2) * (gw // 2), 4 * w)
         x = self.merge(x)
+        # soft-argmax of a learned objectness over the merged grid: an explicit (x, y) per frame, added
+        # to all its tokens, so motion is a comparison of a few numbers across frames rather than
+        # something the encoder must reconstruct from token layouts (which it did not learn)
+        gy, gx = torch.meshgrid(torch.linspace(-1, 1, gh // 2, device=x.device), torch.linspace(-1, 1, gw // 2, device=x.device), indexing="ij")
+        coords = torch.stack([gx, gy], -1).reshape(-1, 2) * (1 - 2 / gw)  # merged-cell centres
+        where = torch.softmax(self.objectness(x).squeeze(-1), -1) @ coords  # (N, 2)
+        x = x + self.where_in(where)[:, None]
         g = int(round(self.spatial.shape[1] ** 0.5))
         sp = self.spatial
         if (gh // 2, gw // 2) != (g, g):
             sp = F.interpolate(sp.reshape(1, g, g, -1).permute(0, 3, 1, 2), size=(gh // 2, gw // 2), mode="bilinear", align_corners=False)
             sp = sp.permute(0, 2, 3, 1).reshape(1, -1, sp.shape[1])
-        return x + sp
+        return x + sp, where
 
     def temporal_positions(self, frame_mask: torch.Tensor) -> torch.Tensor:
         """``(B, T)`` frame mask -> ``(B, T, d)``: the table interpolated at rank / (frames - 1)."""
@@ -153,15 +167,19 @@ class BuiltinVLMModel(nn.Module):
         d = self.config.d_model
         # each frame token also gets the frame's ViT embedding through the options' projection: text
         # and image share MiniLM space, so an option and the frames showing it start out similar
-        vis = self.visual_tokens(batch["patches"]) + self.option_in(batch["frame_emb"])[:, None]  # (sumT, P, d)
+        vis, where = self.visual_tokens(batch["patches"])
+        vis = vis + self.option_in(batch["frame_emb"])[:, None]  # (sumT, P, d)
         P = vis.shape[1]
         B, Tm = batch["frame_mask"].shape
+        where_t = where.new_zeros(B, Tm, 2)
+        where_t[batch["frame_mask"]] = where
         frames = vis.new_zeros(B, Tm, P, d)
         frames[batch["frame_mask"]] = vis
         frames = frames + self.temporal_positions(batch["frame_mask"])[:, :, None] + self.kind.weight[2]
         q = self.text_in(batch["question"]) + self.kind.weight[0]
         o = self.option_in(batch["options"]) + self.option_slot.weight[: batch["options"].shape[1]] + self.kind.weight[1]
         c = (self.option_in(self.count_words) + self.kind.weight[3]).expand(B, -1, -1)
+        c = torch.cat([c, self.motion_token(where_t, batch["frame_mask"])], 1)
         x = torch.cat([q, o, c, frames.reshape(B, Tm * P, d)], 1)
         cm = batch["frame_mask"].new_ones(B, c.shape[1])
         valid = torch.cat([batch["question_mask"], batch["option_mask"], cm, batch["frame_mask"].repeat_interleave(P, 1)], 1)
@@ -172,9 +190,10 @@ class BuiltinVLMModel(nn.Module):
         nq, no, nc = q.shape[1], o.shape[1], c.shape[1]
         qm = batch["question_mask"].unsqueeze(-1).float()
         return {"hidden": x, "valid": valid, "question_state": (x[:, :nq] * qm).sum(1) / qm.sum(1).clamp(min=1),
-                "option_states": x[:, nq : nq + no], "probe_states": x[:, nq + no : nq + no + nc],
+                "option_states": x[:, nq : nq + no], "probe_states": x[:, nq + no : nq + no + nc - 1],
+                "motion_state": x[:, nq + no + nc - 1],
                 "frame_states": x[:, nq + no + nc :].reshape(B, Tm, P, d), "frame_mask": batch["frame_mask"],
-                "options": batch["options"], "frame_emb": self._padded_frame_emb(batch)}
+                "options": batch["options"], "frame_emb": self._padded_frame_emb(batch), "where": where_t}
 
     @staticmethod
     def _padded_frame_emb(batch: dict) -> torch.Tensor:
@@ -182,9 +201,23 @@ class BuiltinVLMModel(nn.Module):
         fe[batch["frame_mask"]] = batch["frame_emb"]
         return fe
 
+    def motion_token(self, where: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
+        """The per-frame object positions resampled to a fixed-length trajectory, with its steps, through
+        an MLP: ``(B, T, 2)`` -> one token ``(B, 1, d)``. (A GRU over the raw sequence learned far slower.)"""
+        rows = []
+        for w, n in zip(where, frame_mask.sum(1).tolist()):
+            w = w[: max(n, 1)].T[None]  # (1, 2, n)
+            rows.append(F.interpolate(w, size=TRAJECTORY_POINTS, mode="linear", align_corners=True)[0].T)
+        traj = torch.stack(rows)  # (B, P, 2)
+        steps = (traj[:, 1:] - traj[:, :-1]) * 5  # steps are small
+        return (self.trajectory(torch.cat([traj.flatten(1), steps.flatten(1)], 1)) + self.kind.weight[4])[:, None]
+
     def grounding(self, enc: dict, which: str = "option_states") -> torch.Tensor:
         """Logits that each option (or count probe) is visible in each frame: ``(B, O, T)``, max over the frame's tokens."""
-        q = self.ground_q(enc[which])  # (B, O, g)
+        # query = referent + question: additive, so "the purple object ... which shape?" x "star" grounds
+        # the conjunction (a token must match both) without the option token first learning to copy
+        # the question's colour through attention (slow: needle and counting lagged every other kind)
+        q = self.ground_q(enc[which]) + self.ground_question(enc["question_state"])[:, None]  # (B, O, g)
         k = self.ground_k(enc["frame_states"])  # (B, T, P, g)
         g = torch.einsum("bog,btpg->botp", q, k).amax(-1) / q.shape[-1] ** 0.5 + self.ground_bias
         # zero-shot prior: cosine of the referent's MiniLM embedding and the frame's ViT embedding
