@@ -2,8 +2,9 @@
 
 The CLI verb, the batch verb ``ask`` and the web tab all call ``run_ask`` / ``ask`` here, so the
 three share one loading rule: ``vlm="builtin"`` (the default) is the shipped builtin VLM
-(``planners.builtin.load_builtin_vlm``); anything else is a transformers checkpoint directory or
-HF cache id loaded with ``HFVisionLanguageModel.from_pretrained``. Loaded models are cached per
+(``planners.builtin.load_builtin_vlm``); a directory saved by the builtin VLM (its config.json
+says ``"model": "builtin-vlm"``) loads as one; anything else is a transformers checkpoint directory
+or HF cache id loaded with ``HFVisionLanguageModel.from_pretrained``. Loaded models are cached per
 (spec, device, dtype), so a batch or a web session loads each model once.
 """
 
@@ -38,9 +39,23 @@ def load_vlm(spec: str = BUILTIN, device: str | None = None, dtype: str | None =
         raise InputError("vlm", spec, "pass 'builtin' or a checkpoint directory / HF cache id")
     if spec == BUILTIN:
         return _load_builtin(device, dtype)
+    if _is_builtin_dir(spec):  # e.g. a VLM retrained with `atelier train vlm --out DIR`
+        from planners.builtin import BuiltinVisionLanguageModel
+
+        return BuiltinVisionLanguageModel.from_pretrained(spec, device=device)
     from planners.hf import HFVisionLanguageModel
 
     return HFVisionLanguageModel.from_pretrained(spec, device=device, dtype=dtype)
+
+
+def _is_builtin_dir(spec: str) -> bool:
+    import json
+
+    config = Path(spec) / "config.json"
+    try:
+        return config.is_file() and json.loads(config.read_text()).get("model") == "builtin-vlm"
+    except (OSError, ValueError):
+        return False
 
 
 def _load_builtin(device: str | None, dtype: str | None) -> Any:

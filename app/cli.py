@@ -163,7 +163,7 @@ def _add_ask(sub) -> None:
     p.add_argument("--max-frames", type=int, help="most frames for the focused pass (default K²)")
     p.add_argument("--tie-break", choices=TIE_BREAKS, help="order of equally important frames (default stable, the reference's)")
     p.add_argument("--prompt-style", choices=PROMPT_STYLES, help="MCQ prompt wording (default: lmms-eval's)")
-    p.add_argument("--vlm", help="selector VLM: 'builtin' (default) or a transformers checkpoint directory / HF cache id")
+    p.add_argument("--vlm", help="selector VLM: 'builtin' (default), a builtin VLM directory (atelier train vlm --out DIR), or a transformers checkpoint directory / HF cache id")
     p.add_argument("--answerer", help="VLM for the focused pass (default: the selector)")
     p.add_argument("--pipeline", metavar="DIR", help="a saved GridProbe pipeline (directory with pipeline.json)")
     p.add_argument("--device", help="cuda, mps or cpu (default: the best available)")

@@ -112,7 +112,7 @@ def run(args) -> list[dict]:
                     "seconds": r.seconds, "n_frames": len(r.frames), "m_eff": r.m_eff,
                     "evidence_hit": any(f in evidence for f in r.frames), "shape": r.extra.get("shape"),
                 })  # fmt: skip
-            logger.info("item %d/%d level %d %-9s K=%-2d %.1f s  gridprobe: %s", i + 1, args.n, level, rec["kind"], K,
+            logger.info("item %d (%d of %d) level %d %-9s K=%-2d %.1f s  gridprobe: %s", i, i - args.start + 1, args.n, level, rec["kind"], K,
                         time.perf_counter() - t0,
                         " ".join(f"{'ok' if r.answer_index == rec['answer_index'] else 'xx'}(M={r.m_eff})"
                                  for r in cmp.results if r.method == "gridprobe"))
@@ -312,7 +312,7 @@ def _ints(text: str) -> list[int]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--vlm", default="builtin", help="selector VLM: 'builtin' or a transformers checkpoint directory")
+    ap.add_argument("--vlm", default="builtin", help="selector VLM: 'builtin', a builtin VLM directory or a transformers checkpoint directory")
     ap.add_argument("--answerer", help="VLM for every answering pass (default: the selector)")
     ap.add_argument("--n", type=int, default=60, help="number of test questions (default 60)")
     ap.add_argument("--start", type=int, default=0, help="index of the first question (to shard a run over processes)")

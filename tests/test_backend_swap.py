@@ -67,7 +67,7 @@ def test_the_loader_takes_either_backend_from_one_string(builtin_dir, tiny_vlm_d
     monkeypatch.setattr(pb, "load_builtin_vlm", lambda device=None: BuiltinVisionLanguageModel.from_pretrained(builtin_dir))
     load_vlm.cache_clear()
     try:
-        for spec, backend in (("builtin", "builtin"), (str(tiny_vlm_dirs["qwen3-vl"]), "hf")):
+        for spec, backend in (("builtin", "builtin"), (str(builtin_dir), "builtin"), (str(tiny_vlm_dirs["qwen3-vl"]), "hf")):
             pipe = build_pipeline(vlm=spec, grid=4, probe_scale=0.5)
             assert pipe.components["selector"].backend == backend
             assert _run(pipe).answer_text in OPTIONS

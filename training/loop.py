@@ -37,6 +37,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     ema: float | None = None  # e.g. 0.999; the EMA weights are what gets evaluated and saved
     eval_every: int = 500
+    eval_at_end: bool = True  # False when the caller runs its own, fuller, final evaluation
     ckpt_every: int = 250
     log_every: int = 25
     seed: int = 0
@@ -163,7 +164,8 @@ class Trainer:
                 self.history.append(rec)
                 bar.set_postfix(loss=rec["loss"])
                 logger.info("%s", rec)
-            if self.evaluate is not None and (self.step % cfg.eval_every == 0 or self.step == cfg.steps):
+            last = self.step == cfg.steps
+            if self.evaluate is not None and ((self.step % cfg.eval_every == 0 and not last) or (last and cfg.eval_at_end)):
                 self.model.eval()
                 metrics = self.evaluate(self.eval_model())
                 self.model.train()

@@ -445,7 +445,7 @@ def train_vlm(out_dir: str | Path, vit_dir: str | Path, steps: int = 1600, resum
     objective = VLMObjective(text, cfg.vocab, fast_vit=True)
     eval_objective = VLMObjective(text, cfg.vocab)
     data = data or VLMDataConfig(curriculum_steps=steps // 2)
-    tcfg = TrainConfig(steps=steps, lr=7e-4, warmup=min(150, steps // 10 + 1), weight_decay=0.05, eval_every=eval_every, ckpt_every=50, seed=seed)
+    tcfg = TrainConfig(steps=steps, lr=7e-4, warmup=min(150, steps // 10 + 1), weight_decay=0.05, eval_every=eval_every, eval_at_end=False, ckpt_every=50, seed=seed)
     trainer = Trainer(model, objective, tcfg, out_dir / "run", evaluate=lambda m: evaluate_vlm(m, eval_objective, 20, 20, 30), progress=progress)
     if resume:
         trainer.load_checkpoint()
