@@ -56,6 +56,17 @@ def test_trainer_learns_is_deterministic_and_resumes_exactly(tmp_path):
     assert not torch.equal(e.eval_model().weight, e.accelerator.unwrap_model(e.model).weight)
 
 
+def test_periodic_and_final_evaluation(tmp_path):
+    evals = {}
+    for at_end in (True, False):
+        torch.manual_seed(0)
+        cfg = TrainConfig(steps=7, lr=0.1, warmup=1, ckpt_every=100, eval_every=3, eval_at_end=at_end)
+        tr = Trainer(nn.Linear(4, 1), _toy_loss, cfg, tmp_path / str(at_end), evaluate=lambda m: {"ok": 1.0}, progress=False)
+        tr.fit(_toy_batches(0))
+        evals[at_end] = [h["step"] for h in tr.history if "eval" in h]
+    assert evals == {True: [3, 6, 7], False: [3, 6]}
+
+
 def test_vit_objective_steps(tmp_path):
     from training.vit import ViTDataConfig, ViTObjective, ViTWithAux, evaluate_vit, make_batch
 
