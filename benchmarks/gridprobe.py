@@ -178,7 +178,31 @@ def summarise(rows: list[dict]) -> dict:
             entry["mean_m_eff_by_level"] = {str(lv): float(np.mean([r["m_eff"] for r in g if r["level"] == lv]))
                                             for lv in sorted({r["level"] for r in g})}
         methods.append(entry)
-    return {"methods": methods}
+    return {"methods": methods, "paired": paired_differences(rows)}
+
+
+def paired_differences(rows: list[dict], n_boot: int = 2000) -> list[dict]:
+    """GridProbe minus each comparison on the same questions (percentage points), with a paired
+    bootstrap 95% interval: against full-frame, uniform-M_eff and encoder top-M_eff overall, and
+    against encoder top-M_eff on negation and counting questions (the issue's acceptance checks)."""
+    by = {(r["K"], r["label"], r["item"]): r for r in rows}
+    out = []
+    for K, label in sorted({(r["K"], r["label"]) for r in rows if r["method"] == "gridprobe"}):
+        scale = label.split("@")[1]
+        for other, kind in (("full_frame", None), (f"uniform_meff@{scale}", None), (f"encoder_meff@{scale}", None),
+                            (f"encoder_meff@{scale}", "negation"), (f"encoder_meff@{scale}", "counting")):
+            pairs = [(r["correct"], by[(K, other, r["item"])]["correct"]) for (k, lab, _), r in by.items()
+                     if k == K and lab == label and (K, other, r["item"]) in by and kind in (None, r["kind"])]
+            if not pairs:
+                continue
+            d = np.array([float(a) - float(b) for a, b in pairs])
+            boot = np.random.default_rng(0).choice(d, (n_boot, len(d))).mean(1)
+            tf = [by[(K, lab, i)]["tflops"] for (k, lab, i) in by if k == K and lab == label]
+            tf_other = [by[(K, lab, i)]["tflops"] for (k, lab, i) in by if k == K and lab == other]
+            out.append({"K": K, "gridprobe": label, "vs": other, "kind": kind or "all", "n": len(d),
+                        "diff_pp": 100 * float(d.mean()), "ci_pp": [100 * float(np.quantile(boot, 0.025)), 100 * float(np.quantile(boot, 0.975))],
+                        "tflops_ratio": float(np.mean(tf_other) / np.mean(tf)) if other == "full_frame" else None})
+    return out
 
 
 def _method_order(row: dict) -> int:
@@ -225,6 +249,14 @@ def markdown(summary: dict, meta: dict) -> str:
         budget = ", ".join(f"{v:.1f}" for v in m.get("mean_m_eff_by_level", {}).values()) or "-"
         rho = f"{m['spearman_meff_level']:.3f}" if "spearman_meff_level" in m else "-"
         lines.append(f"| {m['K']} | {m['method']} | {scale} | " + " | ".join(cells) + f" | {budget} | {rho} |")
+    lines += ["", "## GridProbe against the baselines on the same questions (paired)", "",
+              "Difference in accuracy, percentage points, with a paired bootstrap 95% interval; for full-frame also "
+              "how many times fewer TFLOPs GridProbe spends.", "",
+              "| K | GridProbe | vs | questions | n | difference (pp) [95% CI] | TFLOPs saving |", "|---|---|---|---|---|---|---|"]
+    for d in summary.get("paired", []):
+        saving = f"{d['tflops_ratio']:.2f}x" if d["tflops_ratio"] else "-"
+        lines.append(f"| {d['K']} | {d['gridprobe']} | {d['vs']} | {d['kind']} | {d['n']} | {d['diff_pp']:+.1f} "
+                     f"[{d['ci_pp'][0]:+.1f}, {d['ci_pp'][1]:+.1f}] | {saving} |")
     return "\n".join(lines) + "\n"
 
 
