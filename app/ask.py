@@ -39,23 +39,15 @@ def load_vlm(spec: str = BUILTIN, device: str | None = None, dtype: str | None =
         raise InputError("vlm", spec, "pass 'builtin' or a checkpoint directory / HF cache id")
     if spec == BUILTIN:
         return _load_builtin(device, dtype)
-    if _is_builtin_dir(spec):  # e.g. a VLM retrained with `atelier train vlm --out DIR`
+    from planners.builtin.vlm import BuiltinVLMModel
+
+    if BuiltinVLMModel.is_saved_in(spec):  # e.g. a VLM retrained with `atelier train vlm --out DIR`
         from planners.builtin import BuiltinVisionLanguageModel
 
         return BuiltinVisionLanguageModel.from_pretrained(spec, device=device)
     from planners.hf import HFVisionLanguageModel
 
     return HFVisionLanguageModel.from_pretrained(spec, device=device, dtype=dtype)
-
-
-def _is_builtin_dir(spec: str) -> bool:
-    import json
-
-    config = Path(spec) / "config.json"
-    try:
-        return config.is_file() and json.loads(config.read_text()).get("model") == "builtin-vlm"
-    except (OSError, ValueError):
-        return False
 
 
 def _load_builtin(device: str | None, dtype: str | None) -> Any:

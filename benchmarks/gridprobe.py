@@ -191,17 +191,16 @@ def paired_differences(rows: list[dict], n_boot: int = 2000) -> list[dict]:
         scale = label.split("@")[1]
         for other, kind in (("full_frame", None), (f"uniform_meff@{scale}", None), (f"encoder_meff@{scale}", None),
                             (f"encoder_meff@{scale}", "negation"), (f"encoder_meff@{scale}", "counting")):
-            pairs = [(r["correct"], by[(K, other, r["item"])]["correct"]) for (k, lab, _), r in by.items()
+            pairs = [(r, by[(K, other, r["item"])]) for (k, lab, _), r in by.items()
                      if k == K and lab == label and (K, other, r["item"]) in by and kind in (None, r["kind"])]
             if not pairs:
                 continue
-            d = np.array([float(a) - float(b) for a, b in pairs])
+            d = np.array([float(a["correct"]) - float(b["correct"]) for a, b in pairs])
             boot = np.random.default_rng(0).choice(d, (n_boot, len(d))).mean(1)
-            tf = [by[(K, lab, i)]["tflops"] for (k, lab, i) in by if k == K and lab == label]
-            tf_other = [by[(K, lab, i)]["tflops"] for (k, lab, i) in by if k == K and lab == other]
+            ratio = sum(b["tflops"] for _, b in pairs) / sum(a["tflops"] for a, _ in pairs)  # on the same questions
             out.append({"K": K, "gridprobe": label, "vs": other, "kind": kind or "all", "n": len(d),
                         "diff_pp": 100 * float(d.mean()), "ci_pp": [100 * float(np.quantile(boot, 0.025)), 100 * float(np.quantile(boot, 0.975))],
-                        "tflops_ratio": float(np.mean(tf_other) / np.mean(tf)) if other == "full_frame" else None})
+                        "tflops_ratio": float(ratio) if other == "full_frame" else None})
     return out
 
 

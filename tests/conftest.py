@@ -28,3 +28,15 @@ def tiny_vlm_dirs(tmp_path_factory) -> dict[str, Path]:
     hf_logging.disable_progress_bar()
     root = tmp_path_factory.mktemp("tiny_vlms")
     return {name: build(root / name) for name, build in BUILDERS.items()}
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run ~50x faster on one thread when the CPU is shared (OpenMP workers spin otherwise).
+    Modules opt in with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -19,12 +19,7 @@ OPTIONS = ["red", "green", "blue", "yellow"]
 QUESTION = "Which colour never appears?"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 
 from app.batch import VERBS, run_batch
 from app.cli import BUDGET_RULES, PROMPT_STYLES, TIE_BREAKS, main
@@ -14,12 +13,7 @@ from core.video import write_video
 ASK = ["-q", "Which object appears first?", "--options", "a red circle", "a green square", "a blue star"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from gridprobe_fakes import CountingSource
 from pipelines.gridprobe import GridLayout, GridProbeConfig, GridProbePipeline, compare_methods
@@ -15,13 +14,7 @@ OPTIONS = ["a red circle", "a green square", "a blue triangle", "a yellow star"]
 QUESTION = "Which object appears first in the video?"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run ~50x faster on one thread when the CPU is shared (OpenMP workers spin otherwise)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -138,16 +138,14 @@ def grounding_targets(rec: dict, visible: list[list]) -> tuple[np.ndarray, np.nd
     return opt_t, probe_t
 
 
-def qa_example(seed: int, max_frames: int, size: int, level: int | None = None, mode: str | None = None,
-               kind: str | None = None) -> dict:
+def qa_example(seed: int, max_frames: int, size: int, kind: str | None = None) -> dict:
+    """One training item: a longqa question (level and, unless given, kind drawn from the seed), the
+    frames ``choose_frames`` shows, the answer those frames determine, and dense grounding targets."""
     rng = np.random.default_rng(seed)
-    level = level or int(rng.choice([1, 2, 3], p=[0.5, 0.3, 0.2]))
+    level = int(rng.choice([1, 2, 3], p=[0.5, 0.3, 0.2]))
     sample = longqa.generate(seed, longqa.Config(level=level, kind=kind))
     rec, world = sample.record, sample.worlds["video"]
-    if mode is None:
-        idx, mode = choose_frames(rng, rec, world.num_frames, max_frames)
-    else:
-        idx = _frames_for_mode(rng, rec, world.num_frames, max_frames, mode)
+    idx, mode = choose_frames(rng, rec, world.num_frames, max_frames)
     frames, aux, vis = render(world, idx, size)
     opt_ground, probe_ground = grounding_targets(rec, vis)
     restricted = longqa.answer(world, rec["question_struct"], idx)
@@ -159,20 +157,15 @@ def qa_example(seed: int, max_frames: int, size: int, level: int | None = None, 
             "opt_ground": opt_ground, "probe_ground": probe_ground}
 
 
-def _frames_for_mode(rng, rec, n_total, max_frames, mode):
-    if mode == "evidence_all":  # the evaluation protocol: 16 uniform frames plus (up to 16 of) the evidence
-        ev = longqa.evidence_frames(rec)
-        uni = (((np.arange(16) + 0.5) * n_total / 16).astype(int)).tolist()
-        sel = [ev[i] for i in np.linspace(0, len(ev) - 1, min(16, len(ev))).round().astype(int)] if ev else []
-        return sorted(set(uni + sel))
-    k = 12
-    grid = _pool(n_total, k).reshape(k, k)
-    r = int(rng.integers(k))
-    return sorted(set((grid[r] if mode == "row" else grid[:, r]).tolist()))
+def evidence_all_frames(rec: dict, n_total: int) -> list[int]:
+    """The evaluation protocol's frames: 16 uniform frames plus (up to 16 of) the evidence."""
+    ev = longqa.evidence_frames(rec)
+    uni = (((np.arange(16) + 0.5) * n_total / 16).astype(int)).tolist()
+    sel = [ev[i] for i in np.linspace(0, len(ev) - 1, min(16, len(ev))).round().astype(int)] if ev else []
+    return sorted(set(uni + sel))
 
 
-MOTION_PHRASES = ("stays still", "moves in a circle", "stops and starts", "bounces around",
-                  "moves left", "moves right", "moves up", "moves down")  # fmt: skip
+MOTION_PHRASES = (*MOTION_WORDS.values(), *DIRECTION_WORDS.values())  # classes of the training-only motion head
 CAPTION_FRAMES = 24  # clip length; every 2nd frame is shown
 
 
@@ -205,7 +198,7 @@ def caption_example(seed: int) -> dict:
     frames, aux, _ = render(world, idx, 64)
     art = "an" if o.color[0] in "aeiou" else "a"
     centre = world.track["pos"][idx, 0] / np.array([world.width, world.height]) * 2 - 1
-    return {"frames": frames, "aux": aux, "caption": f"{art} {o.color} {o.shape} {motion}", "world": world,
+    return {"frames": frames, "aux": aux, "caption": f"{art} {o.color} {o.shape} {motion}",
             "motion": MOTION_PHRASES.index(motion), "centre": centre.astype(np.float32)}
 
 
@@ -292,7 +285,6 @@ class VLMObjective:
             logs["motion_loss"], logs["where_loss"] = float(motion_loss.detach()), float(where_loss.detach())
         return loss, logs
 
-
     @staticmethod
     def ground_loss(model: BuiltinVLMModel, enc: dict, items: list[dict], rows: list[int]) -> torch.Tensor:
         """BCE of the grounding timelines (options and count probes) against which frames show their referents."""
@@ -364,7 +356,7 @@ def evaluate_vlm(model: BuiltinVLMModel, objective: VLMObjective, n_per_kind: in
         for i in range(n_per_kind):
             seed = split_seed("test", 1000 * ki + i, 0)
             level = 1 + i % 3
-            items.append(_kind_example(seed, kind, level, "evidence_all", 64))
+            items.append(_evidence_example(seed, kind, level))
         probs = scores(model, objective, items)
         correct[kind] = [int(np.argmax(p[: len(it["options"])]) == it["answer_index"]) for p, it in zip(probs, items)]
         out[f"acc_{kind}"] = round(float(np.mean(correct[kind])), 4)
@@ -415,11 +407,10 @@ def _probe_pair(seed: int, kind: str, level: int, k: int = 12, size: int = 32) -
     return out
 
 
-def _kind_example(seed: int, kind: str, level: int, mode: str, size: int) -> dict:
-    rng = np.random.default_rng(seed)
+def _evidence_example(seed: int, kind: str, level: int, size: int = 64) -> dict:
     sample = longqa.generate(seed, longqa.Config(level=level, kind=kind))
     rec, world = sample.record, sample.worlds["video"]
-    idx = _frames_for_mode(rng, rec, world.num_frames, 64, mode)
+    idx = evidence_all_frames(rec, world.num_frames)
     frames, aux, _ = render(world, idx, size)
     restricted = longqa.answer(world, rec["question_struct"], idx)
     return {"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"],

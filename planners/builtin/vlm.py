@@ -12,8 +12,8 @@ resolution as in real VLMs, which is what makes GridProbe's compute accounting m
 token gets a spatial position (merged grid, interpolated) and a temporal one: the frame's rank in the
 input scaled to [0, 1] and read from a small learned table by linear interpolation, so order
 questions are answerable and a clip of 144 frames uses the same positions as the 4-48 frame inputs
-of training (an absolute-rank table leaves every rank beyond the longest training input untrained). The ViT is frozen inside the VLM (it is trained
-separately, CLIP-style).
+of training (an absolute-rank table leaves every rank beyond the longest training input untrained).
+The ViT is frozen inside the VLM (it is trained separately, CLIP-style).
 
 Option scores come from a *grounded read-out* [PROPOSED; the task spec leaves the head open]: a
 bilinear grounding head scores every (option, frame) pair (max over the frame's tokens), giving each
@@ -23,8 +23,8 @@ first-hit rank) -- and, for counting, the agreement between the option's number 
 distinct referents the count probes ground (one probe per attribute word, e.g. colour, each
 grounding "a <colour> <thing the question asks about>"); the grounding query adds a projection of
 the question to the referent's, so conjunctions (colour from the question, shape from the option)
-are one bilinear match. Training supervises the timelines densely
-(which frames show the option's referent), so the model learns to look before it learns to answer;
+are one bilinear match. Training supervises the timelines densely (which frames show the option's
+referent), so the model learns to look before it learns to answer;
 a plain linear read-out of the option token stayed at chance for hundreds of steps because the
 option tokens had to discover, through the answer loss alone, which of ~500 frame tokens to attend.
 """
@@ -44,6 +44,7 @@ from core.weights_io import load_state_dict
 from planners.builtin.vit import Block, BuiltinViT, ViTConfig, save_builtin
 
 TEXT_DIM = 384  # MiniLM
+KIND = "builtin-vlm"  # the "model" entry of a saved VLM's config.json
 TRAJECTORY_POINTS = 12
 
 
@@ -171,11 +172,8 @@ class BuiltinVLMModel(nn.Module):
         vis = vis + self.option_in(batch["frame_emb"])[:, None]  # (sumT, P, d)
         P = vis.shape[1]
         B, Tm = batch["frame_mask"].shape
-        where_t = where.new_zeros(B, Tm, 2)
-        where_t[batch["frame_mask"]] = where
-        frames = vis.new_zeros(B, Tm, P, d)
-        frames[batch["frame_mask"]] = vis
-        frames = frames + self.temporal_positions(batch["frame_mask"])[:, :, None] + self.kind.weight[2]
+        where_t = _padded(where, batch["frame_mask"])
+        frames = _padded(vis, batch["frame_mask"]) + self.temporal_positions(batch["frame_mask"])[:, :, None] + self.kind.weight[2]
         q = self.text_in(batch["question"]) + self.kind.weight[0]
         o = self.option_in(batch["options"]) + self.option_slot.weight[: batch["options"].shape[1]] + self.kind.weight[1]
         c = (self.option_in(self.count_words) + self.kind.weight[3]).expand(B, -1, -1)
@@ -193,13 +191,7 @@ class BuiltinVLMModel(nn.Module):
                 "option_states": x[:, nq : nq + no], "probe_states": x[:, nq + no : nq + no + nc - 1],
                 "motion_state": x[:, nq + no + nc - 1],
                 "frame_states": x[:, nq + no + nc :].reshape(B, Tm, P, d), "frame_mask": batch["frame_mask"],
-                "options": batch["options"], "frame_emb": self._padded_frame_emb(batch), "where": where_t}
-
-    @staticmethod
-    def _padded_frame_emb(batch: dict) -> torch.Tensor:
-        fe = batch["frame_emb"].new_zeros(*batch["frame_mask"].shape, batch["frame_emb"].shape[-1])
-        fe[batch["frame_mask"]] = batch["frame_emb"]
-        return fe
+                "options": batch["options"], "frame_emb": _padded(batch["frame_emb"], batch["frame_mask"]), "where": where_t}
 
     def motion_token(self, where: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
         """The per-frame object positions resampled to a fixed-length trajectory, with its steps, through
@@ -213,7 +205,14 @@ class BuiltinVLMModel(nn.Module):
         return (self.trajectory(torch.cat([traj.flatten(1), steps.flatten(1)], 1)) + self.kind.weight[4])[:, None]
 
     def grounding(self, enc: dict, which: str = "option_states") -> torch.Tensor:
-        """Logits that each option (or count probe) is visible in each frame: ``(B, O, T)``, max over the frame's tokens."""
+        """Logits that each option (or count probe) is visible in each frame: ``(B, O, T)``, max over the
+        frame's tokens. Kept in ``enc``: the read-out and the training loss both need them."""
+        key = f"grounding:{which}"
+        if key not in enc:
+            enc[key] = self._grounding(enc, which)
+        return enc[key]
+
+    def _grounding(self, enc: dict, which: str) -> torch.Tensor:
         # query = referent + question: additive, so "the purple object ... which shape?" x "star" grounds
         # the conjunction (a token must match both) without the option token first learning to copy
         # the question's colour through attention (slow: needle and counting lagged every other kind)
@@ -247,7 +246,16 @@ class BuiltinVLMModel(nn.Module):
 
     # ---- persistence
     def save_pretrained(self, directory: str | Path, metadata: dict | None = None) -> Path:
-        return save_builtin(self, directory, "builtin-vlm", metadata)
+        return save_builtin(self, directory, KIND, metadata)
+
+    @staticmethod
+    def is_saved_in(directory: str | Path) -> bool:
+        """Whether ``directory`` holds a saved builtin VLM (its config.json names this model)."""
+        config = Path(directory) / "config.json"
+        try:
+            return config.is_file() and json.loads(config.read_text()).get("model") == KIND
+        except (OSError, ValueError):
+            return False
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str | torch.device | None = None) -> BuiltinVLMModel:
@@ -258,6 +266,13 @@ class BuiltinVLMModel(nn.Module):
         model = cls(VLMConfig(**cfg))
         model.load_state_dict(load_state_dict(directory / "model.safetensors"))
         return model.eval().to(device or "cpu")
+
+
+def _padded(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Scatter per-frame ``values`` ``(sum T, ...)`` into a zero-padded ``(B, Tmax, ...)`` by ``mask``."""
+    out = values.new_zeros(*mask.shape, *values.shape[1:])
+    out[mask] = values
+    return out
 
 
 def collate(items: list[dict], device: torch.device | str = "cpu") -> dict:
