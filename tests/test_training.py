@@ -91,10 +91,24 @@ def test_vlm_objective_steps(tmp_path):
     objective = VLMObjective(MiniLM(), model.config.vocab)
     data = VLMDataConfig(batch_size=3, caption_items=2, max_frames_start=4, max_frames_end=6)
     items = make_items(0, data)
-    assert all(len(it["frames"]) >= 1 for it in items)
+    assert all(len(it["frames"]) >= 1 for it in items if "trajectories" not in it)
     qa = [it for it in items if "target" in it]
     assert all(abs(it["target"].sum() - 1) < 1e-6 for it in qa)
+    (traj,) = [it for it in items if "trajectories" in it]
+    assert traj["trajectories"].shape == (data.trajectories, 12, 2) and len(traj["motions"]) == data.trajectories
     tr = Trainer(model, objective, TrainConfig(steps=2, warmup=1, ckpt_every=2), tmp_path, progress=False)
     tr.fit(iter([make_items(i, data) for i in range(2)]))
     metrics = evaluate_vlm(tr.eval_model(), objective, n_per_kind=1, n_probe=2, n_caption=2)
     assert 0 <= metrics["acc_overall"] <= 1 and "caption_color_shape_motion" in metrics
+
+
+def test_vlm_motion_warm_start_fits_only_the_motion_path():
+    from training.vlm import caption_vocab, warm_start_motion
+
+    torch.manual_seed(0)
+    model = BuiltinVLMModel(VLMConfig(d_model=32, layers=1, heads=2, vit=ViTConfig(width=32, depth=1, heads=2), vocab=caption_vocab()))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    out = warm_start_motion(model, seed=0, clips=2, steps=3, trajectories=32)
+    assert np.isfinite(out["position_rmse"]) and np.isfinite(out["motion_loss"])
+    changed = {k.split(".")[0] for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    assert changed == {"objectness", "where_offset", "trajectory", "motion_head"}
