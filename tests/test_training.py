@@ -112,3 +112,34 @@ def test_vlm_motion_warm_start_fits_only_the_motion_path():
     assert np.isfinite(out["position_rmse"]) and np.isfinite(out["motion_loss"])
     changed = {k.split(".")[0] for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
     assert changed == {"objectness", "where_offset", "trajectory", "motion_head"}
+
+
+def test_vlm_attribute_warm_start_fits_and_freezes_only_the_detector():
+    from training.vlm import attribute_phrases, caption_vocab, warm_start_attributes
+
+    torch.manual_seed(0)
+    model = BuiltinVLMModel(VLMConfig(d_model=32, layers=1, heads=2, vit=ViTConfig(width=32, depth=1, heads=2), vocab=caption_vocab()))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    out = warm_start_attributes(model, MiniLM(), seed=0, worlds=2, frames=2, steps=150)
+    changed = {k.split(".")[0] for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    assert changed == {"attributes", "text_attributes"}
+    assert not any(p.requires_grad or p.grad is not None for p in [*model.attributes.parameters(), *model.text_attributes.parameters()])
+    # the phrase templates are few and fixed: the text head learns them outright
+    assert out["text_acc"] > 0.9 and len(attribute_phrases()) > 100
+    assert out["patches"] == 2 * 2 * (64 + 16)  # worlds x frames x (8x8 patches at 64 px + 4x4 at 32 px)
+
+
+def test_vlm_posterior_mixes_with_uniform_by_sufficiency():
+    from planners.builtin.vlm import collate
+    from training.vlm import caption_vocab
+
+    torch.manual_seed(0)
+    model = BuiltinVLMModel(VLMConfig(d_model=32, layers=1, heads=2, vit=ViTConfig(width=32, depth=1, heads=2), vocab=caption_vocab())).eval()
+    items = [{"patches": torch.randn(3, 8, 8, 32), "frame_emb": torch.randn(3, 384), "question": torch.randn(5, 384), "options": torch.randn(n, 384)} for n in (4, 2)]
+    batch = collate(items)
+    with torch.no_grad():
+        logp = model.option_logits(model.encode(batch), batch["option_mask"])
+        assert torch.allclose(logp.exp().sum(-1), torch.ones(2), atol=1e-5) and torch.isinf(logp[1, 2:]).all()
+        torch.nn.init.constant_(model.sufficiency_out.bias, -40.0)  # "the frames decide nothing" -> uniform
+        p = model.option_logits(model.encode(batch), batch["option_mask"]).exp()
+    assert torch.allclose(p[0], torch.full((4,), 0.25), atol=1e-4) and torch.allclose(p[1, :2], torch.full((2,), 0.5), atol=1e-4)

@@ -226,10 +226,11 @@ def trajectory_examples(seed: int, n: int, noise: float = 0.02) -> dict:
 
 class VLMObjective:
     def __init__(self, text: MiniLM, vocab: list[str], aux_weight: float = 0.5, caption_weight: float = 1.0,
-                 ground_weight: float = 1.0, fast_vit: bool = False):
+                 ground_weight: float = 1.0, sufficiency_weight: float = 0.5, fast_vit: bool = False):
         self.text, self.vocab = text, {w: i for i, w in enumerate(vocab)}
         self.fast_vit = fast_vit  # training only: evaluation runs the ViT in float32, as inference does
         self.aux_weight, self.caption_weight, self.ground_weight = aux_weight, caption_weight, ground_weight
+        self.sufficiency_weight = sufficiency_weight
 
     def tokens(self, caption: str, max_len: int) -> list[int]:
         return [1] + [self.vocab[w] for w in caption.split()][: max_len - 2] + [2]
@@ -275,6 +276,10 @@ class VLMObjective:
             g_loss = self.ground_loss(model, enc, [items[i] for i in qa], qa)
             loss = loss + self.ground_weight * g_loss
             logs["ground_loss"] = float(g_loss.detach())
+            determined = torch.tensor([float(items[i]["determined"]) for i in qa], device=dev)
+            s_loss = F.binary_cross_entropy_with_logits(enc["sufficiency_logit"][qa], determined)
+            loss = loss + self.sufficiency_weight * s_loss
+            logs["sufficiency_loss"] = float(s_loss.detach())
             counting = [i for i in qa if items[i]["kind"] == "counting"]
             if counting:
                 c_loss = self.count_loss(model, enc, items, counting)
@@ -471,6 +476,94 @@ def _evidence_example(seed: int, kind: str, level: int, size: int = 64) -> dict:
 # ---------------------------------------------------------------------------- entry point
 
 
+def patch_attribute_labels(world, frame, size: int, min_cover: float = 0.15) -> np.ndarray:
+    """``(P, 2)`` int64 (colour, shape) index of the object covering most of each ViT patch of ``frame``
+    shown at ``size`` (-1, -1 where objects cover less than ``min_cover`` of the patch), from the
+    renderer's instance map."""
+    side = 8 * world.width // size  # a patch's side in rendered pixels
+    g = world.width // side
+    ids = frame.ids.reshape(g, side, g, side).transpose(0, 2, 1, 3).reshape(g * g, -1)
+    out = np.full((g * g, 2), -1, np.int64)
+    for p, row in enumerate(ids):
+        cover = np.bincount(row, minlength=256)
+        cover[0] = 0
+        i = int(cover.argmax())
+        if cover[i] >= min_cover * side * side:
+            o = world.obj(i)
+            out[p] = COLOR_NAMES.index(o.color), SHAPES.index(o.shape)
+    return out
+
+
+def attribute_phrases() -> list[tuple[str, int, int, bool]]:
+    """(text, colour index, shape index, is a question) for the phrases longqa's questions, options and
+    count probes use; index ``len(COLOR_NAMES)`` / ``len(SHAPES)`` = names no colour / shape."""
+    nc, ns = len(COLOR_NAMES), len(SHAPES)
+    out = [(c, i, ns, False) for i, c in enumerate(COLOR_NAMES)] + [(s, nc, j, False) for j, s in enumerate(SHAPES)]
+    out += [(f"the {c} {s}", i, j, False) for i, c in enumerate(COLOR_NAMES) for j, s in enumerate(SHAPES)]
+    out += [(str(k), nc, ns, False) for k in range(21)]
+    out += [(f"What shape was the {c} object that briefly appeared?", i, ns, True) for i, c in enumerate(COLOR_NAMES)]
+    out += [(f"How many {s}s appear in the video?", nc, j, True) for j, s in enumerate(SHAPES)]
+    out += [(q, nc, ns, True) for q in ("Which of these appears first?", "Which colour never appears?",
+                                         "Which colour is on screen for the longest time?", CAPTION_PROMPT)]
+    return out
+
+
+def warm_start_attributes(model: BuiltinVLMModel, text: MiniLM, seed: int, worlds: int = 400, frames: int = 8, steps: int = 4000) -> dict:
+    """Fit the object-level attribute detector, then freeze it (~2 min): the patch head on ViT tokens of
+    rendered longqa frames at 64x64 and 32x32 against the instance map's per-patch colour and shape,
+    and the text head on ``attribute_phrases`` (MiniLM embeddings are fixed, so this is exact)."""
+    rng = np.random.default_rng([seed, 54321])
+    dev = model.device
+    toks, labels = [], []
+    for s in rng.integers(2**31, size=worlds):
+        world = longqa.generate(int(s), longqa.Config(level=int(rng.integers(1, 4)))).worlds["video"]
+        shown = [world.render(int(t)) for t in rng.integers(0, world.num_frames, frames)]
+        for size in (64, 32):
+            rgb = np.stack([f.rgb if size == world.width else cv2.resize(f.rgb, (size, size), interpolation=cv2.INTER_AREA) for f in shown])
+            with torch.no_grad():
+                patches, _ = model.vision(frames_to_tensor(rgb, dev))
+            toks.append(patches.flatten(0, 2))
+            labels.append(torch.from_numpy(np.concatenate([patch_attribute_labels(world, f, size) for f in shown])))
+    x, y = torch.cat(toks), torch.cat(labels).to(dev)
+    phrases = attribute_phrases()
+    emb = torch.stack([F.normalize(text.tokens([t])[0].sum(0), dim=-1) if q else text.encode([t])[0] for t, _, _, q in phrases]).to(dev)
+    t_col = torch.tensor([p[1] for p in phrases], device=dev)
+    t_shp = torch.tensor([p[2] for p in phrases], device=dev)
+    nc = model.config.colors
+    heads = [*model.attributes.parameters(), *model.text_attributes.parameters()]
+    for p in heads:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(heads, 2e-3, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        i = torch.randint(0, len(x), (512,), generator=g)
+        out, (col, shp) = model.attributes(x[i]), y[i].T
+        obj = col >= 0
+        loss = F.binary_cross_entropy_with_logits(out[:, 0], obj.float())
+        if obj.any():
+            loss = loss + F.cross_entropy(out[obj, 1 : 1 + nc], col[obj]) + F.cross_entropy(out[obj, 1 + nc :], shp[obj])
+        t = model.text_attributes(emb)
+        loss = loss + F.cross_entropy(t[:, : nc + 1], t_col) + F.cross_entropy(t[:, nc + 1 :], t_shp)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    for p in heads:
+        p.requires_grad_(False)
+        p.grad = None
+    with torch.no_grad():
+        out = model.attributes(x)
+        obj = y[:, 0] >= 0
+        t = model.text_attributes(emb)
+        stats = {"patches": len(x), "object_acc": float(((out[:, 0] > 0) == obj).float().mean()),
+                 "colour_acc": float((out[obj, 1 : 1 + nc].argmax(-1) == y[obj, 0]).float().mean()),
+                 "shape_acc": float((out[obj, 1 + nc :].argmax(-1) == y[obj, 1]).float().mean()),
+                 "text_acc": float(((t[:, : nc + 1].argmax(-1) == t_col) & (t[:, nc + 1 :].argmax(-1) == t_shp)).float().mean())}
+    logger.info("attribute warm start (training patches): %s", {k: round(v, 4) for k, v in stats.items()})
+    return stats
+
+
 def warm_start_motion(model: BuiltinVLMModel, seed: int, clips: int = 300, steps: int = 600, trajectories: int = 4000) -> dict:
     """Fit the motion path before the main loop (~1 min): the position head on rendered caption clips'
     ViT tokens (it reads the frozen ViT, so its inputs do not drift later), then the trajectory MLP and
@@ -508,8 +601,11 @@ def warm_start_motion(model: BuiltinVLMModel, seed: int, clips: int = 300, steps
     return out
 
 
-def train_vlm(out_dir: str | Path, vit_dir: str | Path, steps: int = 1600, resume: bool = True, seed: int = 0,
-              config: VLMConfig | None = None, data: VLMDataConfig | None = None, eval_every: int = 600, progress: bool = True) -> dict:
+def train_vlm(out_dir: str | Path, vit_dir: str | Path, steps: int = 1500, resume: bool = True, seed: int = 0,
+              config: VLMConfig | None = None, data: VLMDataConfig | None = None, eval_every: int | None = None, progress: bool = True) -> dict:
+    """Train from scratch (or resume) and write weights, ``eval.json`` and ``card.md`` to ``out_dir``.
+    ``eval_every``: monitoring evaluations every that many steps (None: only the final one; each costs
+    ~20 s of the 45-minute budget)."""
     out_dir = Path(out_dir)
     t0 = time.time()
     torch.manual_seed(seed)
@@ -524,9 +620,10 @@ def train_vlm(out_dir: str | Path, vit_dir: str | Path, steps: int = 1600, resum
     objective = VLMObjective(text, cfg.vocab, fast_vit=True)
     eval_objective = VLMObjective(text, cfg.vocab)
     data = data or VLMDataConfig(curriculum_steps=steps // 2)
-    tcfg = TrainConfig(steps=steps, lr=7e-4, warmup=min(150, steps // 10 + 1), weight_decay=0.05, eval_every=eval_every, eval_at_end=False, ckpt_every=50, seed=seed)
+    tcfg = TrainConfig(steps=steps, lr=7e-4, warmup=min(150, steps // 10 + 1), weight_decay=0.05, eval_every=eval_every or steps + 1, eval_at_end=False, ckpt_every=50, seed=seed)
     trainer = Trainer(model, objective, tcfg, out_dir / "run", evaluate=lambda m: evaluate_vlm(m, eval_objective, 20, 20, 30), progress=progress)
     if not (resume and trainer.load_checkpoint()):
+        warm_start_attributes(model, text, seed)
         warm_start_motion(model, seed)
 
     def batches():
@@ -555,7 +652,10 @@ A {c.layers}-layer, width-{c.d_model} transformer over [question tokens (frozen 
 tokens (MiniLM sentence embeddings), {len(c.count_words)} count probes, frame tokens (frozen builtin ViT patch
 tokens merged 2x2: 16 per 64x64 frame, 4 per 32x32, plus the frame's ViT embedding)], with a grounded
 option read-out (per-option presence timelines over the frames, summarised as ever / how long / when
-first, plus a count-agreement term) and a {c.dec_layers}-layer caption decoder.
+first, plus a count-agreement term; the timelines add an object-level attribute detector's evidence:
+per ViT patch, P(object) x P(colour) x P(shape) against the colour and shape the option and question name),
+an evidence-sufficiency gate that mixes the posterior with uniform when the frames shown do not
+determine the answer, and a {c.dec_layers}-layer caption decoder.
 {n_all / 1e6:.2f} M parameters ({(n_all - n_vit) / 1e6:.2f} M trained here, {n_vit / 1e6:.2f} M frozen ViT), {size_mb:.1f} MB.
 
 - **Data:** worldgen `longqa` (levels 1-3, train split seeds) with frames shown as uniform samples
@@ -566,12 +666,15 @@ first, plus a count-agreement term) and a {c.dec_layers}-layer caption decoder.
   probes and each numeric option's value), per-frame presence labels (colours, shapes, pairs).
   Captions of single-object clips, with the object's centre per frame, and {data.trajectories} unrendered
   caption-clip trajectories per step for the motion embedding. Half the batches at 32x32. No files.
-- **Training:** a warm start of the motion path (position head on 300 rendered caption clips,
-  trajectory MLP on 4,000 unrendered trajectories; under a minute), then
+- **Training:** warm starts (about 1.5 minutes here): the attribute detector (patch head on ViT tokens of
+  400 x 8 longqa frames at 64x64 and 32x32 against the renderer's per-patch colour and shape; text head
+  on the question / option / probe phrase templates), then frozen; the motion path (position head on 300
+  rendered caption clips, trajectory MLP on 4,000 unrendered trajectories). Then
   {steps} steps x {data.batch_size} QA items (+{data.caption_items} captions in 64x64 batches),
   AdamW lr 7e-4, warmup + cosine, frames per item growing from {data.max_frames_start} to {data.max_frames_end} (32x32; 64x64: at most 20) plus evidence;
-  wall time on this machine's 2 CPU cores: {train_s / 60:.1f} min training (loading, warm start, the loop and its
-  two monitoring evaluations) + {eval_s / 60:.1f} min final evaluation.
+  a sufficiency target (did the shown frames determine the answer) on every QA item;
+  wall time on this machine's 2 CPU cores: {train_s / 60:.1f} min training (loading, warm starts, the loop)
+  + {eval_s / 60:.1f} min final evaluation.
 - **Evaluation** (test-split seeds; `training/vlm.py: evaluate_vlm`): accuracy with all evidence
   present (16 uniform frames + up to 16 evidence frames at 64x64; 40 questions per kind, levels 1-3);
   calibration gap = mean peak posterior on 12-frame 32x32 row/column probes (12x12 pool) whose
@@ -592,7 +695,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Train the built-in VLM (see training/vlm.py)")
     ap.add_argument("--out", default="weights/builtin/vlm")
     ap.add_argument("--vit", default="weights/builtin/vit")
-    ap.add_argument("--steps", type=int, default=1600)
+    ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
