@@ -622,9 +622,12 @@ def train_vlm(out_dir: str | Path, vit_dir: str | Path, steps: int = 1500, resum
     data = data or VLMDataConfig(curriculum_steps=steps // 2)
     tcfg = TrainConfig(steps=steps, lr=7e-4, warmup=min(150, steps // 10 + 1), weight_decay=0.05, eval_every=eval_every or steps + 1, eval_at_end=False, ckpt_every=50, seed=seed)
     trainer = Trainer(model, objective, tcfg, out_dir / "run", evaluate=lambda m: evaluate_vlm(m, eval_objective, 20, 20, 30), progress=progress)
+    warm_s = None
     if not (resume and trainer.load_checkpoint()):
+        w0 = time.time()
         warm_start_attributes(model, text, seed)
         warm_start_motion(model, seed)
+        warm_s = time.time() - w0
 
     def batches():
         while True:
@@ -636,11 +639,12 @@ def train_vlm(out_dir: str | Path, vit_dir: str | Path, steps: int = 1500, resum
     metrics = evaluate_vlm(final, eval_objective)
     final.save_pretrained(out_dir, metadata={"steps": steps})
     (out_dir / "eval.json").write_text(json.dumps(metrics, indent=2))
-    _write_card(out_dir, final, metrics, steps, data, train_s, time.time() - t0 - train_s)
+    _write_card(out_dir, final, metrics, steps, data, train_s, time.time() - t0 - train_s, warm_s)
     return metrics
 
 
-def _write_card(out_dir: Path, model, metrics: dict, steps: int, data: VLMDataConfig, train_s: float, eval_s: float) -> None:
+def _write_card(out_dir: Path, model, metrics: dict, steps: int, data: VLMDataConfig, train_s: float, eval_s: float,
+                warm_s: float | None = None) -> None:
     n_all = sum(p.numel() for p in model.parameters())
     n_vit = sum(p.numel() for p in model.vit.parameters())
     size_mb = (out_dir / "model.safetensors").stat().st_size / 2**20
@@ -666,7 +670,7 @@ determine the answer, and a {c.dec_layers}-layer caption decoder.
   probes and each numeric option's value), per-frame presence labels (colours, shapes, pairs).
   Captions of single-object clips, with the object's centre per frame, and {data.trajectories} unrendered
   caption-clip trajectories per step for the motion embedding. Half the batches at 32x32. No files.
-- **Training:** warm starts (about 1.5 minutes here): the attribute detector (patch head on ViT tokens of
+- **Training:** warm starts{f' ({warm_s / 60:.1f} min here)' if warm_s is not None else ''}: the attribute detector (patch head on ViT tokens of
   400 x 8 longqa frames at 64x64 and 32x32 against the renderer's per-patch colour and shape; text head
   on the question / option / probe phrase templates), then frozen; the motion path (position head on 300
   rendered caption clips, trajectory MLP on 4,000 unrendered trajectories). Then
