@@ -494,24 +494,26 @@ def patch_attribute_labels(world, frame, size: int, min_cover: float = 0.15) -> 
     return out
 
 
-def attribute_phrases() -> list[tuple[str, int, int, bool]]:
-    """(text, colour index, shape index, is a question) for the phrases longqa's questions, options and
-    count probes use; index ``len(COLOR_NAMES)`` / ``len(SHAPES)`` = names no colour / shape."""
+def attribute_phrases() -> list[tuple[str, int, int]]:
+    """(text, colour index, shape index) for the phrases longqa's questions, options and count probes
+    use; index ``len(COLOR_NAMES)`` / ``len(SHAPES)`` = names no colour / shape."""
     nc, ns = len(COLOR_NAMES), len(SHAPES)
-    out = [(c, i, ns, False) for i, c in enumerate(COLOR_NAMES)] + [(s, nc, j, False) for j, s in enumerate(SHAPES)]
-    out += [(f"the {c} {s}", i, j, False) for i, c in enumerate(COLOR_NAMES) for j, s in enumerate(SHAPES)]
-    out += [(str(k), nc, ns, False) for k in range(21)]
-    out += [(f"What shape was the {c} object that briefly appeared?", i, ns, True) for i, c in enumerate(COLOR_NAMES)]
-    out += [(f"How many {s}s appear in the video?", nc, j, True) for j, s in enumerate(SHAPES)]
-    out += [(q, nc, ns, True) for q in ("Which of these appears first?", "Which colour never appears?",
-                                         "Which colour is on screen for the longest time?", CAPTION_PROMPT)]
+    out = [(c, i, ns) for i, c in enumerate(COLOR_NAMES)] + [(s, nc, j) for j, s in enumerate(SHAPES)]
+    out += [(f"the {c} {s}", i, j) for i, c in enumerate(COLOR_NAMES) for j, s in enumerate(SHAPES)]
+    out += [(str(k), nc, ns) for k in range(21)]
+    out += [(f"What shape was the {c} object that briefly appeared?", i, ns) for i, c in enumerate(COLOR_NAMES)]
+    out += [(f"How many {s}s appear in the video?", nc, j) for j, s in enumerate(SHAPES)]
+    out += [(q, nc, ns) for q in ("Which of these appears first?", "Which colour never appears?",
+                                  "Which colour is on screen for the longest time?", CAPTION_PROMPT)]
     return out
 
 
 def warm_start_attributes(model: BuiltinVLMModel, text: MiniLM, seed: int, worlds: int = 400, frames: int = 8, steps: int = 4000) -> dict:
-    """Fit the object-level attribute detector, then freeze it (~2 min): the patch head on ViT tokens of
+    """Fit the object-level attribute detector, then freeze it (~40 s): the patch head on ViT tokens of
     rendered longqa frames at 64x64 and 32x32 against the instance map's per-patch colour and shape,
-    and the text head on ``attribute_phrases`` (MiniLM embeddings are fixed, so this is exact)."""
+    and the text head on ``attribute_phrases``' sentence embeddings (which are also what the model's
+    ``question_emb`` computes from a question's token states, and MiniLM is frozen, so this is exact)."""
+    logger.info("attribute warm start: rendering %d x %d longqa frames", worlds, frames)
     rng = np.random.default_rng([seed, 54321])
     dev = model.device
     toks, labels = [], []
@@ -526,7 +528,7 @@ def warm_start_attributes(model: BuiltinVLMModel, text: MiniLM, seed: int, world
             labels.append(torch.from_numpy(np.concatenate([patch_attribute_labels(world, f, size) for f in shown])))
     x, y = torch.cat(toks), torch.cat(labels).to(dev)
     phrases = attribute_phrases()
-    emb = torch.stack([F.normalize(text.tokens([t])[0].sum(0), dim=-1) if q else text.encode([t])[0] for t, _, _, q in phrases]).to(dev)
+    emb = text.encode([t for t, _, _ in phrases]).to(dev)
     t_col = torch.tensor([p[1] for p in phrases], device=dev)
     t_shp = torch.tensor([p[2] for p in phrases], device=dev)
     nc = model.config.colors
