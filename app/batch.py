@@ -144,6 +144,17 @@ def finished_ids(out_dir: Path) -> set[str]:
     return done
 
 
+def _drop_torn_tail(status: Path) -> None:
+    """Cut a last line left unfinished by a crash, so the next record starts on a line of its own
+    (appended to the torn one, it would be unreadable and its item redone on every later run)."""
+    if not status.is_file():
+        return
+    with open(status, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+
+
 def run_batch(manifest: str | Path, out_dir: str | Path, progress: bool = True) -> BatchSummary:
     """Run every unfinished item of ``manifest``; failures are recorded and do not stop the rest."""
     from tqdm.auto import tqdm
@@ -153,6 +164,7 @@ def run_batch(manifest: str | Path, out_dir: str | Path, progress: bool = True) 
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.glob(".partial-*"):
         shutil.rmtree(stale, ignore_errors=True)
+    _drop_torn_tail(out_dir / STATUS_FILE)
     done = finished_ids(out_dir)
     todo = [it for it in items if it["id"] not in done]
     ok = failed = 0
