@@ -29,6 +29,8 @@ serve: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.video_io
 	$(PY) -m benchmarks.worldgen
+	$(PY) -m benchmarks.builtin
+	$(PY) -m benchmarks.vlm_perception
 
 # Train the built-in models from scratch (each <= 45 min on 2 CPU cores); resumes if interrupted.
 weights: $(STAMP)

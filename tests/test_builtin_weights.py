@@ -58,3 +58,17 @@ def test_vlm_slice_reproduces_the_card():
     got = evaluate_vlm(model, VLMObjective(MiniLM(), model.config.vocab), n_per_kind=8, n_probe=8, n_caption=20)
     assert abs(got["acc_overall"] - card["acc_overall"]) <= 0.15, (got, card)
     assert abs(got["caption_color_shape_motion"] - card["caption_color_shape_motion"]) <= 0.2, (got, card)
+
+
+def test_vlm_perception_benchmark_runs_on_the_shipped_weights(tmp_path):
+    from benchmarks.vlm_perception import main
+
+    _need("vlm")
+    out = tmp_path / "p.json"
+    assert main(["--n", "3", "--sizes", "64,16", "--out", str(out)]) == 0
+    big, tiny = json.loads(out.read_text())["rows"]
+    assert (big["size"], tiny["size"]) == (64, 16) and big["probes_determined"] > 0
+    assert abs(big["object_diameter_px"]["small"] - 4 * tiny["object_diameter_px"]["small"]) < 0.3
+    # a 16x16 frame shows a large object ~5 px wide: the count probes see it far less often than at 64x64
+    seen = lambda r: sum(r["recall_by_object_size"].get(k, 0) * r["objects_by_size"][k] for k in r["objects_by_size"])  # noqa: E731
+    assert seen(tiny) < seen(big)
