@@ -8,8 +8,10 @@ that are not there, the read-out's accuracy on probes whose frames determine the
 mean peak posterior there. An object's diameter is 0.12 / 0.20 / 0.30 of the frame side (small /
 medium / large), i.e. about 3.8 / 6.4 / 9.6 px at 32x32: this is what caps counting's confidence at
 half-resolution probes (issue #4's calibration gap), so it is measured rather than asserted.
+It then reports the calibration gap per question kind (``training.vlm.calibration_gaps``, the
+protocol of the VLM card, which uses 32x32) at every size.
 
-    python -m benchmarks.vlm_perception [--n 60] [--sizes 64,32,16] [--out outputs/bench/vlm_perception.json]
+    python -m benchmarks.vlm_perception [--n 60] [--calib-questions 60] [--sizes 64,32,16] [--out outputs/bench/vlm_perception.json]
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pipelines.gridprobe.grid import GridLayout
 from planners.builtin import WEIGHTS_DIR
 from planners.builtin.text import MiniLM
 from planners.builtin.vlm import BuiltinVLMModel
-from training.vlm import VLMObjective, render
+from training.vlm import VLMObjective, calibration_gaps, render
 from worldgen.tasks import longqa
 from worldgen.tasks.base import split_seed
 from worldgen.vocab import COLOR_NAMES, SIZES
@@ -81,6 +83,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vlm", default=str(WEIGHTS_DIR / "vlm"), help="a builtin VLM directory (default: the shipped weights)")
     ap.add_argument("--n", type=int, default=60, help="counting questions (default 60; 4 column probes each)")
+    ap.add_argument("--calib-questions", type=int, default=60, help="questions per kind for the calibration gaps (default 60, as the card; 0: skip)")
     ap.add_argument("--sizes", default="64,32,16", help="probe frame sides in px (default 64,32,16)")
     ap.add_argument("--out", default="outputs/bench/vlm_perception.json")
     args = ap.parse_args(argv)
@@ -88,6 +91,9 @@ def main(argv=None) -> int:
     model = BuiltinVLMModel.from_pretrained(args.vlm)
     objective = VLMObjective(MiniLM(), model.config.vocab)
     rows = [measure(model, objective, int(s), args.n) for s in args.sizes.split(",")]
+    if args.calib_questions:
+        for r in rows:
+            r["calibration"] = calibration_gaps(model, objective, args.calib_questions, size=r["size"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "command": "python -m benchmarks.vlm_perception " + " ".join(sys.argv[1:])}, indent=2))
@@ -96,6 +102,11 @@ def main(argv=None) -> int:
     for r in rows:
         rec = " / ".join(f"{r['recall_by_object_size'].get(k, float('nan')):.0%} ({r['object_diameter_px'][k]:g})" for k in OBJECT_SIZES)
         print(f"| {r['size']} | {rec} | {r['false_positive_rate']:.1%} | {r['accuracy_determined']:.0%} (n={r['probes_determined']}) | {r['mean_peak_determined']:.2f} |")
+    if args.calib_questions:
+        kinds = [k[len("calib_gap_"):] for k in rows[0]["calibration"] if k.startswith("calib_gap_")]
+        print("\n| frame side | " + " | ".join(f"calibration gap: {k}" for k in kinds) + " |\n|---|" + "---|" * len(kinds))
+        for r in rows:
+            print(f"| {r['size']} | " + " | ".join(f"{r['calibration'][f'calib_gap_{k}']:.3f}" for k in kinds) + " |")
     print(f"\nwrote {out}")
     return 0
 

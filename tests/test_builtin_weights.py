@@ -65,10 +65,11 @@ def test_vlm_perception_benchmark_runs_on_the_shipped_weights(tmp_path):
 
     _need("vlm")
     out = tmp_path / "p.json"
-    assert main(["--n", "3", "--sizes", "64,16", "--out", str(out)]) == 0
+    assert main(["--n", "3", "--calib-questions", "2", "--sizes", "64,16", "--out", str(out)]) == 0
     big, tiny = json.loads(out.read_text())["rows"]
     assert (big["size"], tiny["size"]) == (64, 16) and big["probes_determined"] > 0
     assert abs(big["object_diameter_px"]["small"] - 4 * tiny["object_diameter_px"]["small"]) < 0.3
     # a 16x16 frame shows a large object ~5 px wide: the count probes see it far less often than at 64x64
     seen = lambda r: sum(r["recall_by_object_size"].get(k, 0) * r["objects_by_size"][k] for k in r["objects_by_size"])  # noqa: E731
     assert seen(tiny) < seen(big)
+    assert set(big["calibration"]) >= {"calib_gap_overall", "calib_n_counting"}

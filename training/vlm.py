@@ -417,11 +417,27 @@ def evaluate_vlm(model: BuiltinVLMModel, objective: VLMObjective, n_per_kind: in
         correct[kind] = [int(np.argmax(p[: len(it["options"])]) == it["answer_index"]) for p, it in zip(probs, items)]
         out[f"acc_{kind}"] = round(float(np.mean(correct[kind])), 4)
     out["acc_overall"] = round(float(np.mean(sum(correct.values(), []))), 4)
-    # 2) calibration on 12-frame 32x32 row/column probes of a 12x12 pool: per question, one probe whose
-    #    frames determine the answer ("hit") and one whose frames do not ("miss"), where both exist
+    # 2) calibration on 12-frame 32x32 row/column probes of a 12x12 pool
+    out.update(calibration_gaps(model, objective, n_probe))
+    # 3) captions: right colour, shape and motion words
+    caps = [caption_example(split_seed("test", 90_000 + i, 0)) for i in range(n_caption)]
+    gen = greedy_caption(model, objective, caps)
+    out["caption_exact"] = round(float(np.mean([g == c["caption"] for g, c in zip(gen, caps)])), 4)
+    out["caption_color_shape_motion"] = round(float(np.mean([_caption_ok(g, c["caption"]) for g, c in zip(gen, caps)])), 4)
+    return out
+
+
+@torch.no_grad()
+def calibration_gaps(model: BuiltinVLMModel, objective: VLMObjective, n_probe: int = 60, size: int = 32) -> dict:
+    """Mean peak posterior on probes whose frames determine the answer ("hit") minus on probes whose
+    frames do not ("miss"), per question kind and overall: for each of ``n_probe`` test questions per
+    kind, one 12-frame row or column probe of a 12x12 pool of each sort where the question has one,
+    frames at ``size`` px. Also ``calib_n_<kind>``: [hits, misses]."""
+    model.eval()
+    out: dict = {}
     hit, miss = {k: [] for k in longqa.KINDS}, {k: [] for k in longqa.KINDS}
     for ki, kind in enumerate(longqa.KINDS):
-        items = [it for i in range(n_probe) for it in _probe_pair(split_seed("test", 50_000 + 1000 * ki + i, 0), kind, 1 + i % 3)]
+        items = [it for i in range(n_probe) for it in _probe_pair(split_seed("test", 50_000 + 1000 * ki + i, 0), kind, 1 + i % 3, size=size)]
         for p, it in zip(scores(model, objective, items), items):
             (hit if it["determined"] else miss)[kind].append(float(np.max(p[: len(it["options"])])))
     for kind in longqa.KINDS:
@@ -430,11 +446,6 @@ def evaluate_vlm(model: BuiltinVLMModel, objective: VLMObjective, n_per_kind: in
         out[f"calib_n_{kind}"] = [len(h), len(m)]
     allh, allm = sum(hit.values(), []), sum(miss.values(), [])
     out["calib_gap_overall"] = round(float(np.mean(allh) - np.mean(allm)), 4) if allh and allm else None
-    # 3) captions: right colour, shape and motion words
-    caps = [caption_example(split_seed("test", 90_000 + i, 0)) for i in range(n_caption)]
-    gen = greedy_caption(model, objective, caps)
-    out["caption_exact"] = round(float(np.mean([g == c["caption"] for g, c in zip(gen, caps)])), 4)
-    out["caption_color_shape_motion"] = round(float(np.mean([_caption_ok(g, c["caption"]) for g, c in zip(gen, caps)])), 4)
     return out
 
 
