@@ -26,7 +26,7 @@ import argparse
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
@@ -299,7 +299,6 @@ def write_card(out_dir: Path, model: BuiltinViT, metrics: dict, steps: int, batc
     n_params = sum(p.numel() for p in model.parameters())
     size_mb = (out_dir / "model.safetensors").stat().st_size / 2**20
     rows = "\n".join(f"| {k} | {v} |" for k, v in metrics.items())
-    prev = json.loads((out_dir / "card_runs.json").read_text()) if (out_dir / "card_runs.json").is_file() else []
     card = f"""# builtin ViT
 
 A {model.config.depth}-layer, width-{model.config.width} vision transformer (patch {model.config.patch},
