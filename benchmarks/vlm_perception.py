@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from pipelines.gridprobe.grid import GridLayout
 from planners.builtin import WEIGHTS_DIR
@@ -32,7 +33,7 @@ from planners.builtin.vlm import BuiltinVLMModel
 from training.vlm import VLMObjective, calibration_gaps, render
 from worldgen.tasks import longqa
 from worldgen.tasks.base import split_seed
-from worldgen.vocab import COLOR_NAMES, SIZES
+from worldgen.vocab import SIZES
 
 OBJECT_SIZES = tuple(SIZES)  # small, medium, large
 
@@ -42,7 +43,7 @@ def measure(model: BuiltinVLMModel, objective: VLMObjective, size: int, n: int, 
     fires: dict[str, list[bool]] = defaultdict(list)
     false_pos, right, peak = [], [], []
     layout = GridLayout(K)
-    for i in range(n):
+    for i in tqdm(range(n), desc=f"counting probes at {size}px", unit="question"):
         sample = longqa.generate(split_seed("test", 51_000 + i, 0), longqa.Config(level=1 + i % 3, kind="counting"))
         rec, world = sample.record, sample.worlds["video"]
         pool = np.asarray(layout.pool_indices(world.num_frames))
@@ -62,7 +63,7 @@ def measure(model: BuiltinVLMModel, objective: VLMObjective, size: int, n: int, 
         seen = torch.sigmoid(model.grounding(enc, "probe_states")).amax(-1)  # (probes, colours)
         post = model.option_logits(enc, batch["option_mask"]).exp()
         for best, p, q, det in zip(largest, seen, post, determined):
-            for j, colour in enumerate(COLOR_NAMES[: p.shape[0]]):
+            for j, colour in enumerate(model.config.count_words):  # one count probe per colour word
                 if colour in best:
                     fires[OBJECT_SIZES[best[colour]]].append(bool(p[j] > 0.5))
                 else:
@@ -87,12 +88,23 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="64,32,16", help="probe frame sides in px (default 64,32,16)")
     ap.add_argument("--out", default="outputs/bench/vlm_perception.json")
     args = ap.parse_args(argv)
+    try:
+        sizes = [int(s) for s in args.sizes.split(",")]
+    except ValueError:
+        ap.error(f"--sizes {args.sizes!r}: give comma-separated integers, e.g. 64,32,16")
+    if bad := [s for s in sizes if s % 16 or not 16 <= s <= 64]:
+        ap.error(f"--sizes {bad}: each side must be 16, 32, 48 or 64 px (multiples of the VLM's 16-px merged patch, at most 64)")
+    if args.n < 1 or args.calib_questions < 0:
+        ap.error(f"--n {args.n} / --calib-questions {args.calib_questions}: need at least 1 question (0 calibration questions skips that part)")
+    if not BuiltinVLMModel.is_saved_in(args.vlm):
+        ap.error(f"--vlm {args.vlm}: no built-in VLM saved there (run `make weights`, or pass a folder written by `atelier train vlm`)")
     torch.set_num_threads(2)
     model = BuiltinVLMModel.from_pretrained(args.vlm)
     objective = VLMObjective(MiniLM(), model.config.vocab)
-    rows = [measure(model, objective, int(s), args.n) for s in args.sizes.split(",")]
+    rows = [measure(model, objective, s, args.n) for s in sizes]
     if args.calib_questions:
         for r in rows:
+            print(f"calibration gaps at {r['size']}px ({args.calib_questions} questions per kind) ...", file=sys.stderr, flush=True)
             r["calibration"] = calibration_gaps(model, objective, args.calib_questions, size=r["size"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -484,7 +484,7 @@ def _evidence_example(seed: int, kind: str, level: int, size: int = 64) -> dict:
             "answer_index": rec["answer_index"], "kind": kind, "determined": restricted == rec["answer"]}
 
 
-# ---------------------------------------------------------------------------- entry point
+# ---------------------------------------------------------------------------- warm starts
 
 
 def patch_attribute_labels(world, frame, size: int, min_cover: float = 0.15) -> np.ndarray:
@@ -612,6 +612,9 @@ def warm_start_motion(model: BuiltinVLMModel, seed: int, clips: int = 300, steps
     out = {"position_rmse": round(pos_rmse, 4), "motion_loss": round(float(loss.detach()), 4)}
     logger.info("motion warm start: %s", out)
     return out
+
+
+# ---------------------------------------------------------------------------- entry point
 
 
 def train_vlm(out_dir: str | Path, vit_dir: str | Path, steps: int = 1500, resume: bool = True, seed: int = 0,
