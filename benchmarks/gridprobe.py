@@ -2,7 +2,7 @@
 
     python -m benchmarks.gridprobe [--vlm builtin|PATH] [--answerer PATH] [--n 60] [--start 0] [--grids 6,8,12,16]
                                    [--probe-scales 1,0.5,0.25] [--levels 1,2,3] [--out outputs/bench/gridprobe]
-    python -m benchmarks.gridprobe --merge DIR [DIR ...] --out DIR   # summarise shards run in parallel
+    python -m benchmarks.gridprobe --merge DIR [DIR ...] [--items 0:200] --out DIR   # summarise shards run in parallel
 
 Questions: worldgen ``longqa`` items of the **test** split (seeds ``split_seed("test", seed, i)``,
 never seen in training), levels cycled (1: 1,000 frames / 4 options, 2: 2,000 / 6, 3: 4,000 / 8),
@@ -341,6 +341,16 @@ def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
 
 
+def _item_range(text: str) -> tuple[int, int]:
+    try:
+        start, stop = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid --items {text!r}: write START:STOP, e.g. 0:200") from None
+    if not 0 <= start < stop:
+        raise argparse.ArgumentTypeError(f"invalid --items {text!r}: need 0 <= START < STOP, e.g. 0:200")
+    return start, stop
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vlm", default="builtin", help="selector VLM: 'builtin', a builtin VLM directory or a transformers checkpoint directory")
@@ -348,6 +358,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=60, help="number of test questions (default 60)")
     ap.add_argument("--start", type=int, default=0, help="index of the first question (to shard a run over processes)")
     ap.add_argument("--merge", nargs="+", type=Path, metavar="DIR", help="summarise the rows of these finished runs into --out")
+    ap.add_argument("--items", type=_item_range, metavar="START:STOP",
+                    help="with --merge: keep only questions START <= i < STOP (e.g. 0:200 to compare K values on the same questions)")
     ap.add_argument("--grids", type=_ints, default=[6, 8, 12, 16], help="comma-separated K values (default 6,8,12,16)")
     ap.add_argument("--probe-scales", type=_floats, default=[1.0, 0.5, 0.25], help="probe resolutions (default 1,0.5,0.25)")
     ap.add_argument("--levels", type=_ints, default=[1, 2, 3], help="longqa levels, cycled over items (default 1,2,3)")
@@ -368,6 +380,10 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     if args.merge:
         rows = read_rows(args.merge)
+        if args.items:
+            rows = [r for r in rows if args.items[0] <= r["item"] < args.items[1]]
+        if not rows:
+            ap.error(f"--merge {' '.join(map(str, args.merge))}: no rows.jsonl rows there" + (f" with --items {args.items[0]}:{args.items[1]}" if args.items else ""))
         metas = [json.loads((d / "results.json").read_text())["meta"] for d in args.merge if (d / "results.json").is_file()]
         args.n = len({r["item"] for r in rows})
         args.grids = sorted({r["K"] for r in rows})
@@ -376,6 +392,8 @@ def main(argv=None) -> int:
             if metas and key in metas[0]:
                 setattr(args, key, metas[0][key])
     else:
+        if args.items:
+            ap.error("--items only filters a --merge; to run a range of questions use --start and --n")
         rows = run(args)
         elapsed = time.perf_counter() - t0
     summary = summarise(rows)

@@ -162,3 +162,12 @@ def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
     assert bench(["--merge", str(out), str(shard), "--out", str(merged)]) == 0
     data = json.loads((merged / "results.json").read_text())
     assert sorted({r["item"] for r in data["rows"]}) == [0, 1, 2, 3] and data["meta"]["n"] == 4
+    # --items keeps a range of questions (to compare K values on the same ones); bad ranges name the fix
+    assert bench(["--merge", str(out), str(shard), "--items", "1:3", "--out", str(merged)]) == 0
+    data = json.loads((merged / "results.json").read_text())
+    assert sorted({r["item"] for r in data["rows"]}) == [1, 2] and data["meta"]["n"] == 2
+    for bad in ("3:1", "a:b", "7"):
+        with pytest.raises(SystemExit):
+            bench(["--merge", str(out), "--items", bad, "--out", str(merged)])
+    with pytest.raises(SystemExit):
+        bench(["--merge", str(out), "--items", "50:60", "--out", str(merged)])  # no rows there
