@@ -97,6 +97,8 @@ def run(args) -> list[dict]:
         seed = split_seed("test", args.seed, i)
         sample = longqa.generate(seed, longqa.Config(level=level))
         rec = sample.record
+        if args.max_options and len(rec["options"]) > args.max_options:
+            rec = _fewer_options(rec, args.max_options)
         evidence = {f for a, b in rec["evidence_ranges"] for f in range(a, b)}
         source = WorldFrames(sample.worlds["video"])
         for K in args.grids:
@@ -120,6 +122,15 @@ def run(args) -> list[dict]:
             f.write("".join(json.dumps(r, default=_plain) + "\n" for r in item_rows))
         rows += item_rows
     return [r for r in rows if args.start <= r["item"] < args.start + args.n]
+
+
+def _fewer_options(rec: dict, n: int) -> dict:
+    """The question with only its first ``n`` options, the answer kept (it replaces the last one kept
+    when it falls outside them): the same clip and evidence with fewer choices."""
+    keep = rec["options"][:n]
+    if rec["answer"] not in keep:
+        keep = keep[: n - 1] + [rec["answer"]]
+    return {**rec, "options": keep, "answer_index": keep.index(rec["answer"])}
 
 
 def _plain(o):
@@ -177,6 +188,9 @@ def summarise(rows: list[dict]) -> dict:
             entry["spearman_meff_level"] = spearman([r["m_eff"] for r in g], [r["level"] for r in g])
             entry["mean_m_eff_by_level"] = {str(lv): float(np.mean([r["m_eff"] for r in g if r["level"] == lv]))
                                             for lv in sorted({r["level"] for r in g})}
+            # within each kind too: a falling budget then is not an artefact of how kinds mix across levels
+            entry["spearman_meff_level_by_kind"] = {k: spearman([r["m_eff"] for r in g if r["kind"] == k], [r["level"] for r in g if r["kind"] == k])
+                                                    for k in sorted({r["kind"] for r in g})}
         methods.append(entry)
     return {"methods": methods, "paired": paired_differences(rows)}
 
@@ -220,7 +234,8 @@ def markdown(summary: dict, meta: dict) -> str:
         "# GridProbe on worldgen longqa (test split)", "",
         f"Command: `{meta['command']}`  ",
         f"Questions: {meta['n']}; grids {meta['grids']}; probe scales {meta['probe_scales']}; levels {meta['levels']}; "
-        f"selector VLM `{meta['vlm']}`, answerer `{meta['answerer'] or meta['vlm']}`; {meta['seconds']:.0f} s total.", "",
+        f"selector VLM `{meta['vlm']}`, answerer `{meta['answerer'] or meta['vlm']}`"
+        + (f"; at most {meta['max_options']} options per question" if meta.get("max_options") else "") + f"; {meta['seconds']:.0f} s total.", "",
         "TFLOPs: language-model FLOPs per question (vision tower excluded, spec B.8). *_meff baselines use GridProbe's "
         "per-question budget and are charged only their own pass. Accuracy: % with Wilson 95% interval.", "",
         "| K | method | probe scale | accuracy % [95% CI] | mean TFLOPs | x full-frame | mean frames | evidence hit % | s / question |",
@@ -248,6 +263,14 @@ def markdown(summary: dict, meta: dict) -> str:
         budget = ", ".join(f"{v:.1f}" for v in m.get("mean_m_eff_by_level", {}).values()) or "-"
         rho = f"{m['spearman_meff_level']:.3f}" if "spearman_meff_level" in m else "-"
         lines.append(f"| {m['K']} | {m['method']} | {scale} | " + " | ".join(cells) + f" | {budget} | {rho} |")
+    by_kind = [m for m in ms if "spearman_meff_level_by_kind" in m]
+    if by_kind:
+        kk = sorted({k for m in by_kind for k in m["spearman_meff_level_by_kind"]})
+        lines += ["", "## Spearman(M_eff, level) within each question kind", "",
+                  "| K | method | probe scale | " + " | ".join(kk) + " |", "|---|---|---|" + "---|" * len(kk)]
+        for m in by_kind:
+            rho = m["spearman_meff_level_by_kind"]
+            lines.append(f"| {m['K']} | {m['method']} | {m['probe_scale']:g} | " + " | ".join(f"{rho[k]:.3f}" if k in rho else "-" for k in kk) + " |")
     lines += ["", "## GridProbe against the baselines on the same questions (paired)", "",
               "Difference in accuracy, percentage points, with a paired bootstrap 95% interval; for full-frame also "
               "how many times fewer TFLOPs GridProbe spends.", "",
@@ -363,6 +386,8 @@ def main(argv=None) -> int:
     ap.add_argument("--grids", type=_ints, default=[6, 8, 12, 16], help="comma-separated K values (default 6,8,12,16)")
     ap.add_argument("--probe-scales", type=_floats, default=[1.0, 0.5, 0.25], help="probe resolutions (default 1,0.5,0.25)")
     ap.add_argument("--levels", type=_ints, default=[1, 2, 3], help="longqa levels, cycled over items (default 1,2,3)")
+    ap.add_argument("--max-options", type=int, help="ask with at most this many options (the answer kept): isolates the number of "
+                    "choices from the rest of a level's difficulty (default: the level's 4 / 6 / 8)")
     ap.add_argument("--fixed-budget", type=int, default=8, help="M of the uniform-M baseline (default 8)")
     ap.add_argument("--seed", type=int, default=0, help="base seed inside the test split (default 0)")
     ap.add_argument("--device")
@@ -388,18 +413,20 @@ def main(argv=None) -> int:
         args.n = len({r["item"] for r in rows})
         args.grids = sorted({r["K"] for r in rows})
         elapsed = sum(m["seconds"] for m in metas)
-        for key in ("probe_scales", "levels", "vlm", "answerer", "fixed_budget", "seed"):
+        for key in ("probe_scales", "levels", "vlm", "answerer", "fixed_budget", "seed", "max_options"):
             if metas and key in metas[0]:
                 setattr(args, key, metas[0][key])
     else:
         if args.items:
             ap.error("--items only filters a --merge; to run a range of questions use --start and --n")
+        if args.max_options is not None and args.max_options < 2:
+            ap.error(f"invalid --max-options {args.max_options}: a question needs at least 2 options")
         rows = run(args)
         elapsed = time.perf_counter() - t0
     summary = summarise(rows)
     meta = {"command": "python -m benchmarks.gridprobe " + " ".join(argv if argv is not None else sys.argv[1:]),
             "n": args.n, "grids": args.grids, "probe_scales": args.probe_scales, "levels": args.levels, "vlm": args.vlm,
-            "answerer": args.answerer, "fixed_budget": args.fixed_budget, "seed": args.seed,
+            "answerer": args.answerer, "fixed_budget": args.fixed_budget, "seed": args.seed, "max_options": args.max_options,
             "seconds": elapsed, "python": platform.python_version(), "machine": platform.machine()}
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1, default=str))
     (out / "results.md").write_text(markdown(summary, meta))

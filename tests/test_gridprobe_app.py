@@ -149,7 +149,9 @@ def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
     assert {"full_frame", "uniform_m", "gridprobe@1", "gridprobe@0.5", "probe_ensemble@0.5"} <= labels
     assert len({r["item"] for r in data["rows"]}) == 2
     md = (out / "results.md").read_text()
-    assert "| K | method |" in md and "Spearman" in md
+    assert "| K | method |" in md and "Spearman" in md and "within each question kind" in md
+    gp = next(m for m in data["summary"]["methods"] if m["method"] == "gridprobe")
+    assert set(gp["spearman_meff_level_by_kind"]) == {r["kind"] for r in data["rows"]}
     assert Image.open(out / "pareto.png").size == (1000, 640)
     # shards: a second process takes items 2-3; a re-run of the first shard skips its finished items
     shard = tmp_path / "shard"
@@ -166,6 +168,14 @@ def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
     assert bench(["--merge", str(out), str(shard), "--items", "1:3", "--out", str(merged)]) == 0
     data = json.loads((merged / "results.json").read_text())
     assert sorted({r["item"] for r in data["rows"]}) == [1, 2] and data["meta"]["n"] == 2
+    # --max-options keeps the answer among fewer choices (same clip and evidence)
+    from benchmarks.gridprobe import _fewer_options
+
+    rec = {"options": ["a", "b", "c", "d", "e", "f"], "answer": "e", "answer_index": 4}
+    assert _fewer_options(rec, 4) == {"options": ["a", "b", "c", "e"], "answer": "e", "answer_index": 3}
+    assert _fewer_options(rec, 5)["options"] == ["a", "b", "c", "d", "e"]
+    with pytest.raises(SystemExit):
+        bench([*args, "--n", "1", "--max-options", "1", "--out", str(tmp_path / "x")])
     for bad in ("3:1", "a:b", "7"):
         with pytest.raises(SystemExit):
             bench(["--merge", str(out), "--items", bad, "--out", str(merged)])
