@@ -181,3 +181,29 @@ def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
             bench(["--merge", str(out), "--items", bad, "--out", str(merged)])
     with pytest.raises(SystemExit):
         bench(["--merge", str(out), "--items", "50:60", "--out", str(merged)])  # no rows there
+
+
+def test_only_the_pool_frames_are_decoded_from_a_real_file(tmp_path, monkeypatch):
+    """Through the real PyAV reader: of a 600-frame file, GridProbe converts exactly the K² pool
+    frames to pixels (and never holds more than those in memory), whatever the probes and focus do."""
+    from core import video as video_io
+    from pipelines.gridprobe import GridProbeConfig, GridProbePipeline
+    from pipelines.gridprobe.grid import GridLayout
+    from tests.gridprobe_fakes import FakeVLM, holistic_rule
+
+    frames = np.zeros((600, 32, 48, 3), np.uint8)
+    frames[:, 8:24, :, 0] = (np.arange(600) % 200)[:, None, None]
+    path = write_video(tmp_path / "long.mp4", frames, fps=24)
+    converted: list[int] = []
+    real_read = video_io._PyAVReader.read
+
+    def counting_read(self, indices, size):
+        converted.extend(indices)
+        return real_read(self, indices, size)
+
+    monkeypatch.setattr(video_io._PyAVReader, "read", counting_read)
+    pipe = GridProbePipeline(GridProbeConfig(grid=4, probe_scale=0.5), selector=FakeVLM(holistic_rule(1)))
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(str(path), "q?", ["a", "b", "c"])
+    assert converted == GridLayout(4).pool_indices(600) == out.pool
+    assert len(converted) == 16 and out.answer_index == 1
