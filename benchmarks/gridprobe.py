@@ -408,7 +408,7 @@ def main(argv=None) -> int:
         if args.items:
             rows = [r for r in rows if args.items[0] <= r["item"] < args.items[1]]
         if not rows:
-            ap.error(f"--merge {' '.join(map(str, args.merge))}: no rows.jsonl rows there" + (f" with --items {args.items[0]}:{args.items[1]}" if args.items else ""))
+            ap.error(f"--merge {' '.join(map(str, args.merge))}: no finished questions (rows.jsonl) there" + (f" with --items {args.items[0]}:{args.items[1]}" if args.items else ""))
         metas = [json.loads((d / "results.json").read_text())["meta"] for d in args.merge if (d / "results.json").is_file()]
         args.n = len({r["item"] for r in rows})
         args.grids = sorted({r["K"] for r in rows})
