@@ -150,9 +150,14 @@ def _drop_torn_tail(status: Path) -> None:
     if not status.is_file():
         return
     with open(status, "rb+") as f:
-        data = f.read()
-        if data and not data.endswith(b"\n"):
-            f.truncate(data.rfind(b"\n") + 1)
+        end = f.seek(0, os.SEEK_END)
+        if end == 0:
+            return
+        f.seek(end - 1)
+        if f.read(1) == b"\n":
+            return  # the usual case: whole lines only, one byte read
+        f.seek(0)
+        f.truncate(f.read().rfind(b"\n") + 1)
 
 
 def run_batch(manifest: str | Path, out_dir: str | Path, progress: bool = True) -> BatchSummary:

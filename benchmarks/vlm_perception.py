@@ -17,7 +17,6 @@ protocol of the VLM card, which uses 32x32) at every size.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from core.atomic import write_json_atomic
 from pipelines.gridprobe.grid import GridLayout
 from planners.builtin import WEIGHTS_DIR
 from planners.builtin.text import MiniLM
@@ -60,7 +60,7 @@ def measure(model: BuiltinVLMModel, objective: VLMObjective, size: int, n: int, 
             items.append({"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"]})
         batch = objective.prepare(model, items)
         enc = model.encode(batch)
-        seen = torch.sigmoid(model.grounding(enc, "probe_states")).amax(-1)  # (probes, colours)
+        seen = model.count_probe_presence(enc)  # (probes, colours)
         post = model.option_logits(enc, batch["option_mask"]).exp()
         for best, p, q, det in zip(largest, seen, post, determined):
             for j, colour in enumerate(model.config.count_words):  # one count probe per colour word
@@ -107,8 +107,8 @@ def main(argv=None) -> int:
             print(f"calibration gaps at {r['size']}px ({args.calib_questions} questions per kind) ...", file=sys.stderr, flush=True)
             r["calibration"] = calibration_gaps(model, objective, args.calib_questions, size=r["size"])
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rows": rows, "command": "python -m benchmarks.vlm_perception " + " ".join(sys.argv[1:])}, indent=2))
+    command = "python -m benchmarks.vlm_perception " + " ".join(argv if argv is not None else sys.argv[1:])
+    write_json_atomic(out, {"rows": rows, "command": command})
     print("| frame side | count-probe recall: small / medium / large object (diameter px) | false positives | accuracy (determined probes) | mean peak posterior |")
     print("|---|---|---|---|---|")
     for r in rows:

@@ -366,9 +366,13 @@ class BuiltinVLMModel(nn.Module):
         enc["sufficiency_logit"] = self.sufficiency_out(h).squeeze(-1)
         return enc["sufficiency_logit"]
 
+    def count_probe_presence(self, enc: dict) -> torch.Tensor:
+        """``(B, C)``: P(count probe c, "a <colour c> <asked shape>", is seen in some frame)."""
+        return torch.sigmoid(self.grounding(enc, "probe_states")).amax(-1)
+
     def count_estimate(self, enc: dict) -> torch.Tensor:
         """``(B,)``: how many count probes ground somewhere in the frames (soft)."""
-        return torch.sigmoid(self.grounding(enc, "probe_states")).amax(-1).sum(-1)
+        return self.count_probe_presence(enc).sum(-1)
 
     def number_value(self, enc: dict) -> torch.Tensor:
         """``(B, O)``: each option read as a number (supervised on counting options in training)."""
