@@ -155,7 +155,7 @@ def qa_example(seed: int, max_frames: int, size: int, kind: str | None = None) -
     target = np.eye(n_opt, dtype=np.float32)[rec["answer_index"]] if determined else np.full(n_opt, 1 / n_opt, np.float32)
     return {"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"], "target": target,
             "answer_index": rec["answer_index"], "kind": rec["kind"], "level": level, "determined": bool(determined), "mode": mode,
-            "opt_ground": opt_ground, "probe_ground": probe_ground}
+            "opt_ground": opt_ground, "probe_ground": probe_ground, "times": _times(idx, world.num_frames)}
 
 
 def evidence_all_frames(rec: dict, n_total: int) -> list[int]:
@@ -207,7 +207,11 @@ def caption_example(seed: int) -> dict:
     frames, aux, _ = render(world, idx, 64)
     art = "an" if o.color[0] in "aeiou" else "a"
     return {"frames": frames, "aux": aux, "caption": f"{art} {o.color} {o.shape} {motion}",
-            "motion": MOTION_PHRASES.index(motion), "centre": centre}
+            "motion": MOTION_PHRASES.index(motion), "centre": centre, "times": _times(idx, world.num_frames)}
+
+
+def _times(idx, n_total: int) -> np.ndarray:
+    return np.asarray(idx, np.float32) / max(1, n_total - 1)
 
 
 def trajectory_examples(seed: int, n: int, noise: float = 0.02) -> dict:
@@ -248,7 +252,7 @@ class VLMObjective:
         for it, q in zip(items, qtok):
             t = len(it["frames"])
             opts = self.text.encode(it["options"]) if it.get("options") else torch.zeros(0, 384)
-            out.append({"patches": patches[k : k + t], "frame_emb": emb[k : k + t], "question": q, "options": opts})
+            out.append({"patches": patches[k : k + t], "frame_emb": emb[k : k + t], "question": q, "options": opts, "times": it.get("times")})
             k += t
         return collate(out, dev)
 
@@ -470,7 +474,7 @@ def _probe_pair(seed: int, kind: str, level: int, k: int = 12, size: int = 32) -
             idx = sorted(probes[int(rng.choice(cands))].tolist())
             frames, aux, _ = render(world, idx, size)
             out.append({"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"],
-                        "answer_index": rec["answer_index"], "kind": kind, "determined": want})
+                        "answer_index": rec["answer_index"], "kind": kind, "determined": want, "times": _times(idx, world.num_frames)})
     return out
 
 
@@ -481,7 +485,7 @@ def _evidence_example(seed: int, kind: str, level: int, size: int = 64) -> dict:
     frames, aux, _ = render(world, idx, size)
     restricted = longqa.answer(world, rec["question_struct"], idx)
     return {"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"],
-            "answer_index": rec["answer_index"], "kind": kind, "determined": restricted == rec["answer"]}
+            "answer_index": rec["answer_index"], "kind": kind, "determined": restricted == rec["answer"], "times": _times(idx, world.num_frames)}
 
 
 # ---------------------------------------------------------------------------- warm starts
