@@ -30,7 +30,7 @@ from pipelines.gridprobe.grid import GridLayout
 from planners.builtin import WEIGHTS_DIR
 from planners.builtin.text import MiniLM
 from planners.builtin.vlm import BuiltinVLMModel
-from training.vlm import VLMObjective, calibration_gaps, render
+from training.vlm import VLMObjective, calibration_gaps, frame_times, render
 from worldgen.tasks import longqa
 from worldgen.tasks.base import split_seed
 from worldgen.vocab import SIZES
@@ -57,7 +57,8 @@ def measure(model: BuiltinVLMModel, objective: VLMObjective, size: int, n: int, 
                 best[o.color] = max(best.get(o.color, -1), OBJECT_SIZES.index(o.size))
             largest.append(best)
             determined.append(longqa.answer(world, rec["question_struct"], idx) == rec["answer"])
-            items.append({"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"]})
+            items.append({"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"],
+                          "times": frame_times(idx, world.num_frames)})
         batch = objective.prepare(model, items)
         enc = model.encode(batch)
         seen = torch.sigmoid(model.grounding(enc, "probe_states")).amax(-1)  # (probes, colours)

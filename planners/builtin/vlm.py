@@ -39,9 +39,9 @@ question, for what the referent leaves open) gives the colour and shape asked fo
 score is its best patch's P(object) x P(colour) x P(shape). Both heads are fitted before the main
 loop from the renderer's instance maps and the phrase templates, then frozen.
 The posterior is s * softmax(scores) + (1 - s) * uniform, with s a learned probability that the
-frames shown determine the answer (from the question, the pooled frames, how strongly the best
-options were seen, the count estimate, how alike consecutive frames are and the span of time
-they cover) [PROPOSED], trained on
+frames shown determine the answer (from the question, the pooled frames, the read-out's evidence
+for its two best options and its margin between them, the count estimate, how alike consecutive
+frames are and the span of time they cover) [PROPOSED], trained on
 the same "determined by these frames" labels as the answer targets: GridProbe reads confidence.
 Training supervises the timelines densely (which frames show the option's referent), so the model
 learns to look before it learns to answer;
@@ -66,7 +66,7 @@ from planners.builtin.vit import Block, BuiltinViT, ViTConfig, save_builtin
 TEXT_DIM = 384  # MiniLM
 KIND = "builtin-vlm"  # the "model" entry of a saved VLM's config.json
 TRAJECTORY_POINTS = 12
-SUFFICIENCY_STATS = 9
+SUFFICIENCY_STATS = 19
 
 
 @dataclass
@@ -346,14 +346,25 @@ class BuiltinVLMModel(nn.Module):
         # the posterior: s * softmax + (1 - s) * uniform, s = P(the frames determine the answer)
         ever = p.amax(-1).masked_fill(~safe, 0).sort(-1, descending=True).values
         ever = torch.cat([ever, ever.new_zeros(len(ever), 2)], -1)
-        suff = self.sufficiency_logit(enc, torch.stack([ever[:, 0], ever[:, 1], logp.amax(-1).exp()], -1))[:, None]
+        # the read-out's own evidence for its two best options: a close call or an option never seen says
+        # the frames may not settle the question [PROPOSED]
+        pad = max(0, 2 - logits.shape[1])
+        top = F.pad(logits.masked_fill(~safe, -1e4), (0, pad), value=-1e4).topk(2, -1).indices  # (B, 2)
+        top_feats = F.pad(feats, (0, 0, 0, pad)).gather(1, top[..., None].expand(-1, -1, feats.shape[-1])).flatten(1)
+        best2 = F.pad(logp.exp(), (0, pad)).topk(2, -1).values
+        # detached: the gate reads these, the sufficiency loss must not reshape the read-out to suit it
+        margin = (best2[:, 0] - best2[:, 1]).detach()
+        stats = torch.cat([torch.stack([ever[:, 0], ever[:, 1], best2[:, 0], margin], -1), top_feats.detach()], -1)
+        suff = self.sufficiency_logit(enc, stats)[:, None]
         uniform = -safe.sum(1, keepdim=True).float().log()
         mixed = torch.logaddexp(F.logsigmoid(suff) + logp, F.logsigmoid(-suff) + uniform)
         return mixed.masked_fill(~option_mask, float("-inf"))
 
     def sufficiency_logit(self, enc: dict, option_stats: torch.Tensor) -> torch.Tensor:
         """``(B,)``: the logit that the frames shown determine the answer, from the question, the frames
-        (pooled), how strongly the two best options were seen, the read-out's own peak, the count estimate,
+        (pooled), how strongly the two best options were seen, the read-out's peak and its margin over the
+        runner-up, the read-out features of the two best options (seen at all, how long, when first, count
+        agreement), the count estimate (also as a log: "no count probe fires" is a sharp signal),
         how alike consecutive frames are, and the span of video time the frames cover and their mean
         spacing (a contiguous run of frames vs a spread: a run is likelier to miss an object that a
         spread would catch). Kept in ``enc`` for the training loss."""
@@ -368,7 +379,8 @@ class BuiltinVLMModel(nn.Module):
         t = enc["frame_time"]
         span = t.masked_fill(~fm, -1).amax(1) - t.masked_fill(~fm, 2).amin(1)
         gap = span / (n - 1).clamp(min=1)
-        stats = torch.cat([option_stats, torch.stack([self.count_estimate(enc) / 5, mean_cos, min_cos, n.log() / 5, span, 10 * gap], -1)], -1)
+        count = self.count_estimate(enc)
+        stats = torch.cat([option_stats, torch.stack([count / 5, (count + 0.1).log() / 3, mean_cos, min_cos, n.log() / 5, span, 10 * gap], -1)], -1)
         h = F.gelu(self.sufficiency_in(torch.cat([enc["question_state"], pooled], -1)) + self.sufficiency_stats(stats))
         enc["sufficiency_logit"] = self.sufficiency_out(h).squeeze(-1)
         return enc["sufficiency_logit"]
