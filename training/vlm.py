@@ -78,7 +78,7 @@ def _pool(n_total: int, k: int) -> np.ndarray:
 
 def choose_frames(rng, record: dict, n_total: int, max_frames: int) -> tuple[list[int], str]:
     """Frame indices for one example, and the sampling mode used."""
-    mode = rng.choice(["evidence", "row", "col", "uniform"], p=[0.4, 0.2, 0.2, 0.2])
+    mode = rng.choice(["evidence", "row", "col", "uniform"], p=[0.3, 0.3, 0.3, 0.1])
     if mode in ("row", "col"):
         k = int(rng.choice([6, 8, 12, 16]))
         grid = _pool(n_total, k).reshape(k, k)
@@ -231,7 +231,7 @@ def trajectory_examples(seed: int, n: int, noise: float = 0.02) -> dict:
 
 class VLMObjective:
     def __init__(self, text: MiniLM, vocab: list[str], aux_weight: float = 0.5, caption_weight: float = 1.0,
-                 ground_weight: float = 1.0, sufficiency_weight: float = 0.5, fast_vit: bool = False):
+                 ground_weight: float = 1.0, sufficiency_weight: float = 1.0, fast_vit: bool = False):
         self.text, self.vocab = text, {w: i for i, w in enumerate(vocab)}
         self.fast_vit = fast_vit  # training only: evaluation runs the ViT in float32, as inference does
         self.aux_weight, self.caption_weight, self.ground_weight = aux_weight, caption_weight, ground_weight
