@@ -9,7 +9,8 @@ mean peak posterior there. An object's diameter is 0.12 / 0.20 / 0.30 of the fra
 medium / large), i.e. about 3.8 / 6.4 / 9.6 px at 32x32: this is what caps counting's confidence at
 half-resolution probes (issue #4's calibration gap), so it is measured rather than asserted.
 It then reports the calibration gap per question kind (``training.vlm.calibration_gaps``, the
-protocol of the VLM card, which uses 32x32) at every size.
+protocol of the VLM card, which reports 64x64 with 100 questions per kind and 32x32 with 60) at
+every size.
 
     python -m benchmarks.vlm_perception [--n 60] [--calib-questions 60] [--sizes 64,32,16] [--out outputs/bench/vlm_perception.json]
 """
@@ -30,7 +31,7 @@ from pipelines.gridprobe.grid import GridLayout
 from planners.builtin import WEIGHTS_DIR
 from planners.builtin.text import MiniLM
 from planners.builtin.vlm import BuiltinVLMModel
-from training.vlm import VLMObjective, calibration_gaps, render
+from training.vlm import VLMObjective, calibration_gaps, frame_times, render
 from worldgen.tasks import longqa
 from worldgen.tasks.base import split_seed
 from worldgen.vocab import SIZES
@@ -57,7 +58,8 @@ def measure(model: BuiltinVLMModel, objective: VLMObjective, size: int, n: int, 
                 best[o.color] = max(best.get(o.color, -1), OBJECT_SIZES.index(o.size))
             largest.append(best)
             determined.append(longqa.answer(world, rec["question_struct"], idx) == rec["answer"])
-            items.append({"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"]})
+            items.append({"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"],
+                          "times": frame_times(idx, world.num_frames)})
         batch = objective.prepare(model, items)
         enc = model.encode(batch)
         seen = model.count_probe_presence(enc)  # (probes, colours)
@@ -84,7 +86,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vlm", default=str(WEIGHTS_DIR / "vlm"), help="a builtin VLM directory (default: the shipped weights)")
     ap.add_argument("--n", type=int, default=60, help="counting questions (default 60; 4 column probes each)")
-    ap.add_argument("--calib-questions", type=int, default=60, help="questions per kind for the calibration gaps (default 60, as the card; 0: skip)")
+    ap.add_argument("--calib-questions", type=int, default=60, help="questions per kind for the calibration gaps (default 60, as the card's 32x32 row; 0: skip)")
     ap.add_argument("--sizes", default="64,32,16", help="probe frame sides in px (default 64,32,16)")
     ap.add_argument("--out", default="outputs/bench/vlm_perception.json")
     args = ap.parse_args(argv)

@@ -132,8 +132,9 @@ class HFVisionLanguageModel:
     # ---- the protocol ------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def option_posterior(self, frames: np.ndarray, prompt: str, options: Sequence[str]) -> np.ndarray:
-        """One forward (no generation, no KV cache); option log-probs from the last position (spec B.2)."""
+    def option_posterior(self, frames: np.ndarray, prompt: str, options: Sequence[str], relative_times: Sequence[float] | None = None) -> np.ndarray:
+        """One forward (no generation, no KV cache); option log-probs from the last position (spec B.2).
+        ``relative_times`` is not used: the frames go in as the reference passes them, without timestamps."""
         letters = "".join(check_options(options))
         inputs = self._inputs(frames, prompt)
         logits = self.model(**inputs, use_cache=False, logits_to_keep=1).logits[0, -1]

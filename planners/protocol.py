@@ -27,8 +27,13 @@ class VisionLanguageModel(Protocol):
     carry a ``backend`` name ("hf", "builtin", ...) for logs and configs.
     """
 
-    def option_posterior(self, frames: np.ndarray, prompt: str, options: Sequence[str]) -> np.ndarray:
-        """Log-probabilities over ``options`` (answer letters A, B, ... in order); ``exp`` sums to 1."""
+    def option_posterior(self, frames: np.ndarray, prompt: str, options: Sequence[str], relative_times: Sequence[float] | None = None) -> np.ndarray:
+        """Log-probabilities over ``options`` (answer letters A, B, ... in order); ``exp`` sums to 1.
+
+        ``relative_times``: when each frame was taken, as a fraction of the video (0 first frame, 1 last;
+        not seconds, so a model needs no duration to tell a short stretch from a spread sample); a
+        model that reads time uses it (a contiguous run of frames and a spread sample differ in what
+        they can have missed), others ignore it. None: the frames are taken to be evenly spread."""
         ...
 
     def generate(self, frames: np.ndarray, prompt: str, max_new_tokens: int = 32) -> str:

@@ -67,10 +67,10 @@ class FakeVLM:
         self.calls: list[dict] = []
         self.flop_calls: list[tuple] = []
 
-    def option_posterior(self, frames: np.ndarray, prompt: str, options: Sequence[str]) -> np.ndarray:
+    def option_posterior(self, frames: np.ndarray, prompt: str, options: Sequence[str], relative_times=None) -> np.ndarray:
         frames = np.asarray(frames)
         ids = frame_ids(frames)
-        self.calls.append({"n_frames": len(ids), "ids": ids, "size": tuple(frames.shape[1:3]), "prompt": prompt})
+        self.calls.append({"n_frames": len(ids), "ids": ids, "size": tuple(frames.shape[1:3]), "prompt": prompt, "times": relative_times})
         return np.log(self.rule(ids, len(options)))
 
     def generate(self, frames: np.ndarray, prompt: str, max_new_tokens: int = 32) -> str:

@@ -36,6 +36,20 @@ def test_protocol_and_posterior(vlm):
     assert question_from_prompt(prompt) == "Which colour never appears?"
 
 
+def test_relative_times_reach_the_model_and_are_checked(vlm):
+    from core.errors import InputError
+
+    opts = ["red", "green"]
+    prompt = format_mcq_prompt("Which colour never appears?", opts)
+    frames = _frames(4, 32)
+    spread = vlm.option_posterior(frames, prompt, opts)  # no times: taken as evenly spread over the video
+    np.testing.assert_allclose(vlm.option_posterior(frames, prompt, opts, relative_times=[0, 1 / 3, 2 / 3, 1]), spread, atol=1e-6)
+    stretch = vlm.option_posterior(frames, prompt, opts, relative_times=[0.50, 0.51, 0.52, 0.53])
+    assert not np.allclose(stretch, spread)  # a short stretch is a different input from a spread sample
+    with pytest.raises(InputError, match="relative_times"):
+        vlm.option_posterior(frames, prompt, opts, relative_times=[0.1, 0.2])
+
+
 def test_generate_encode_and_flops(vlm):
     assert isinstance(vlm.generate(_frames(4), "Describe the video."), str)
     img = vlm.encode_images(_frames(3))

@@ -232,6 +232,10 @@ def test_selector_and_answerer_see_the_expected_frame_counts():
     assert [c["ids"] for c in selector.calls[K:]] == [list(range(c, K * K, K)) for c in range(K)]
     assert [c["n_frames"] for c in answerer.calls] == [out.m_eff]
     assert answerer.calls[0]["ids"] == out.frames == sorted(out.frames)
+    # every pass says when its frames were taken: a row is a short stretch, a column spans the video
+    span = lambda c: float(np.ptp(c["times"]))  # noqa: E731
+    assert all(span(c) < 0.3 for c in selector.calls[:K]) and all(span(c) > 0.7 for c in selector.calls[K:])
+    assert np.allclose(answerer.calls[0]["times"], np.asarray(out.frames) / out.pool[-1])  # source frame / last frame
     # the same model in both roles is stored once
     same = FakeVLM(holistic_rule(0))
     assert GridProbePipeline(selector=same, answerer=same).answerer is None

@@ -78,7 +78,7 @@ def _pool(n_total: int, k: int) -> np.ndarray:
 
 def choose_frames(rng, record: dict, n_total: int, max_frames: int) -> tuple[list[int], str]:
     """Frame indices for one example, and the sampling mode used."""
-    mode = rng.choice(["evidence", "row", "col", "uniform"], p=[0.4, 0.2, 0.2, 0.2])
+    mode = rng.choice(["evidence", "row", "col", "uniform"], p=[0.3, 0.3, 0.3, 0.1])
     if mode in ("row", "col"):
         k = int(rng.choice([6, 8, 12, 16]))
         grid = _pool(n_total, k).reshape(k, k)
@@ -155,7 +155,7 @@ def qa_example(seed: int, max_frames: int, size: int, kind: str | None = None) -
     target = np.eye(n_opt, dtype=np.float32)[rec["answer_index"]] if determined else np.full(n_opt, 1 / n_opt, np.float32)
     return {"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"], "target": target,
             "answer_index": rec["answer_index"], "kind": rec["kind"], "level": level, "determined": bool(determined), "mode": mode,
-            "opt_ground": opt_ground, "probe_ground": probe_ground}
+            "opt_ground": opt_ground, "probe_ground": probe_ground, "times": frame_times(idx, world.num_frames)}
 
 
 def evidence_all_frames(rec: dict, n_total: int) -> list[int]:
@@ -207,7 +207,12 @@ def caption_example(seed: int) -> dict:
     frames, aux, _ = render(world, idx, 64)
     art = "an" if o.color[0] in "aeiou" else "a"
     return {"frames": frames, "aux": aux, "caption": f"{art} {o.color} {o.shape} {motion}",
-            "motion": MOTION_PHRASES.index(motion), "centre": centre}
+            "motion": MOTION_PHRASES.index(motion), "centre": centre, "times": frame_times(idx, world.num_frames)}
+
+
+def frame_times(idx, n_total: int) -> np.ndarray:
+    """When frames ``idx`` of an ``n_total``-frame clip were taken, as fractions of the clip (the protocol's ``times``)."""
+    return np.asarray(idx, np.float32) / max(1, n_total - 1)
 
 
 def trajectory_examples(seed: int, n: int, noise: float = 0.02) -> dict:
@@ -226,7 +231,7 @@ def trajectory_examples(seed: int, n: int, noise: float = 0.02) -> dict:
 
 class VLMObjective:
     def __init__(self, text: MiniLM, vocab: list[str], aux_weight: float = 0.5, caption_weight: float = 1.0,
-                 ground_weight: float = 1.0, sufficiency_weight: float = 0.5, fast_vit: bool = False):
+                 ground_weight: float = 1.0, sufficiency_weight: float = 1.0, fast_vit: bool = False):
         self.text, self.vocab = text, {w: i for i, w in enumerate(vocab)}
         self.fast_vit = fast_vit  # training only: evaluation runs the ViT in float32, as inference does
         self.aux_weight, self.caption_weight, self.ground_weight = aux_weight, caption_weight, ground_weight
@@ -248,7 +253,7 @@ class VLMObjective:
         for it, q in zip(items, qtok):
             t = len(it["frames"])
             opts = self.text.encode(it["options"]) if it.get("options") else torch.zeros(0, 384)
-            out.append({"patches": patches[k : k + t], "frame_emb": emb[k : k + t], "question": q, "options": opts})
+            out.append({"patches": patches[k : k + t], "frame_emb": emb[k : k + t], "question": q, "options": opts, "times": it.get("times")})
             k += t
         return collate(out, dev)
 
@@ -402,7 +407,8 @@ def greedy_caption(model: BuiltinVLMModel, objective: VLMObjective, items: list[
     return [" ".join(inv[int(i)] for i in row[1:] if int(i) > 2) for row in words.cpu()]
 
 
-def evaluate_vlm(model: BuiltinVLMModel, objective: VLMObjective, n_per_kind: int = 40, n_probe: int = 60, n_caption: int = 60) -> dict:
+def evaluate_vlm(model: BuiltinVLMModel, objective: VLMObjective, n_per_kind: int = 40, n_probe: int = 100, n_probe_half: int = 60,
+                 n_caption: int = 60) -> dict:
     model.eval()
     out: dict = {}
     # 1) accuracy with all evidence frames present (16 uniform + up to 16 evidence frames, 64x64)
@@ -417,8 +423,11 @@ def evaluate_vlm(model: BuiltinVLMModel, objective: VLMObjective, n_per_kind: in
         correct[kind] = [int(np.argmax(p[: len(it["options"])]) == it["answer_index"]) for p, it in zip(probs, items)]
         out[f"acc_{kind}"] = round(float(np.mean(correct[kind])), 4)
     out["acc_overall"] = round(float(np.mean(sum(correct.values(), []))), 4)
-    # 2) calibration on 12-frame 32x32 row/column probes of a 12x12 pool
-    out.update(calibration_gaps(model, objective, n_probe))
+    # 2) calibration on 12-frame row/column probes of a 12x12 pool: at the model's input resolution
+    #    (64x64, as for accuracy; ``calib_*``) and at GridProbe's half-resolution probes (``calib32_*``)
+    out.update(calibration_gaps(model, objective, n_probe, size=64))
+    if n_probe_half:
+        out.update({k.replace("calib_", "calib32_"): v for k, v in calibration_gaps(model, objective, n_probe_half, size=32).items()})
     # 3) captions: right colour, shape and motion words
     caps = [caption_example(split_seed("test", 90_000 + i, 0)) for i in range(n_caption)]
     gen = greedy_caption(model, objective, caps)
@@ -470,7 +479,7 @@ def _probe_pair(seed: int, kind: str, level: int, k: int = 12, size: int = 32) -
             idx = sorted(probes[int(rng.choice(cands))].tolist())
             frames, aux, _ = render(world, idx, size)
             out.append({"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"],
-                        "answer_index": rec["answer_index"], "kind": kind, "determined": want})
+                        "answer_index": rec["answer_index"], "kind": kind, "determined": want, "times": frame_times(idx, world.num_frames)})
     return out
 
 
@@ -481,7 +490,7 @@ def _evidence_example(seed: int, kind: str, level: int, size: int = 64) -> dict:
     frames, aux, _ = render(world, idx, size)
     restricted = longqa.answer(world, rec["question_struct"], idx)
     return {"frames": frames, "aux": aux, "question": rec["question"], "options": rec["options"],
-            "answer_index": rec["answer_index"], "kind": kind, "determined": restricted == rec["answer"]}
+            "answer_index": rec["answer_index"], "kind": kind, "determined": restricted == rec["answer"], "times": frame_times(idx, world.num_frames)}
 
 
 # ---------------------------------------------------------------------------- warm starts
@@ -617,7 +626,7 @@ def warm_start_motion(model: BuiltinVLMModel, seed: int, clips: int = 300, steps
 # ---------------------------------------------------------------------------- entry point
 
 
-def train_vlm(out_dir: str | Path, vit_dir: str | Path, steps: int = 1500, resume: bool = True, seed: int = 0,
+def train_vlm(out_dir: str | Path, vit_dir: str | Path, steps: int = 1400, resume: bool = True, seed: int = 0,
               config: VLMConfig | None = None, data: VLMDataConfig | None = None, eval_every: int | None = None, progress: bool = True) -> dict:
     """Train from scratch (or resume) and write weights, ``eval.json`` and ``card.md`` to ``out_dir``.
     ``eval_every``: monitoring evaluations every that many steps (None: only the final one; each costs
@@ -637,7 +646,7 @@ def train_vlm(out_dir: str | Path, vit_dir: str | Path, steps: int = 1500, resum
     eval_objective = VLMObjective(text, cfg.vocab)
     data = data or VLMDataConfig(curriculum_steps=steps // 2)
     tcfg = TrainConfig(steps=steps, lr=7e-4, warmup=min(150, steps // 10 + 1), weight_decay=0.05, eval_every=eval_every or steps + 1, eval_at_end=False, ckpt_every=50, seed=seed)
-    trainer = Trainer(model, objective, tcfg, out_dir / "run", evaluate=lambda m: evaluate_vlm(m, eval_objective, 20, 20, 30), progress=progress)
+    trainer = Trainer(model, objective, tcfg, out_dir / "run", evaluate=lambda m: evaluate_vlm(m, eval_objective, n_per_kind=20, n_probe=20, n_probe_half=0, n_caption=30), progress=progress)
     warm_s = None
     if not (resume and trainer.load_checkpoint()):
         w0 = time.time()
@@ -697,9 +706,11 @@ determine the answer, and a {c.dec_layers}-layer caption decoder.
   + {eval_s / 60:.1f} min final evaluation.
 - **Evaluation** (test-split seeds; `training/vlm.py: evaluate_vlm`): accuracy with all evidence
   present (16 uniform frames + up to 16 evidence frames at 64x64; 40 questions per kind, levels 1-3);
-  calibration gap = mean peak posterior on 12-frame 32x32 row/column probes (12x12 pool) whose
-  frames determine the answer minus on those whose frames do not: for each of 60 questions per
-  kind one probe of each sort where the question has one (counts in `calib_n_*`: [hit, miss]);
+  calibration gap = mean peak posterior on 12-frame row/column probes (12x12 pool) whose frames
+  determine the answer minus on those whose frames do not: for each question one probe of each sort
+  where the question has one (counts in `calib_n_*`: [hit, miss]); `calib_*` at the model's input
+  resolution (64x64, as for accuracy; 100 questions per kind), `calib32_*` at GridProbe's
+  half-resolution probes (32x32; 60 per kind; `python -m benchmarks.vlm_perception` adds 16x16);
   captions of 60 held-out single-object clips (12 of 24 frames) must match colour, shape and
   motion phrase.
 
@@ -715,7 +726,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Train the built-in VLM (see training/vlm.py)")
     ap.add_argument("--out", default="weights/builtin/vlm")
     ap.add_argument("--vit", default="weights/builtin/vit")
-    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--steps", type=int, default=1400)
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

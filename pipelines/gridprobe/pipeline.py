@@ -115,6 +115,12 @@ class Pool:
     seconds: float = 0.0
     passes: dict = field(default_factory=dict, repr=False)
 
+    def relative_times(self, positions: Sequence[int]) -> np.ndarray:
+        """When the pool frames at ``positions`` were taken, as fractions of the video (the pool spans it
+        from its first to its last frame)."""
+        idx = np.asarray(self.indices, np.float64)
+        return idx[list(positions)] / max(1.0, idx[-1])
+
 
 @dataclass
 class ProbeResult:
@@ -314,7 +320,7 @@ class GridProbePipeline(Pipeline):
         logps, flops = [], 0.0
         probes = self.layout.probes()
         for probe in self.progress_bar(probes, total=len(probes), desc="GridProbe probes"):
-            logps.append(np.asarray(self.selector.option_posterior(frames[list(probe.positions)], prompt, options)))
+            logps.append(np.asarray(self.selector.option_posterior(frames[list(probe.positions)], prompt, options, relative_times=pool.relative_times(probe.positions))))
             flops += float(self.selector.flops(len(probe.positions), prompt, size))
         K = self.config.grid
         return ProbeResult(np.stack(logps[:K]), np.stack(logps[K:]), size, flops, time.perf_counter() - t0)
@@ -341,7 +347,7 @@ class GridProbePipeline(Pipeline):
         if key not in pool.passes:
             t0 = time.perf_counter()
             frames = resize_frames(pool.frames[list(positions)], size)
-            logp = np.asarray(model.option_posterior(frames, prompt, options))
+            logp = np.asarray(model.option_posterior(frames, prompt, options, relative_times=pool.relative_times(positions)))
             pool.passes[key] = (logp, float(model.flops(len(positions), prompt, size)), time.perf_counter() - t0)
         return pool.passes[key]
 

@@ -98,13 +98,17 @@ class BuiltinVisionLanguageModel:
             return frames
         return np.stack([cv2.resize(f, (64, 64), interpolation=cv2.INTER_AREA) for f in frames])
 
-    def _batch(self, frames: np.ndarray, question: str, options: Sequence[str]) -> dict:
+    def _batch(self, frames: np.ndarray, question: str, options: Sequence[str], relative_times: Sequence[float] | None = None) -> dict:
         frames = self._frames(frames)
         if len(frames) > self.model.config.max_frames:
             raise InputError("frames", f"{len(frames)} frames", f"the built-in VLM takes at most {self.model.config.max_frames}")
         patches, emb = self._vision(frames)
         opts = self.text.encode(list(options)) if options else torch.zeros(0, 384)
-        return collate([{"patches": patches, "frame_emb": emb, "question": self.text.tokens([question])[0], "options": opts}], self.device)
+        times = relative_times
+        if times is not None and len(times) != len(frames):
+            raise InputError("relative_times", f"{len(times)} values for {len(frames)} frames", "pass one per frame: when it was taken, as a fraction of the video (0-1)")
+        return collate([{"patches": patches, "frame_emb": emb, "question": self.text.tokens([question])[0], "options": opts,
+                         "times": None if times is None else np.asarray(times, np.float32)}], self.device)
 
     def _vision(self, frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """The frozen ViT's (patch tokens, frame embeddings), reusing cached frames."""
@@ -123,9 +127,9 @@ class BuiltinVisionLanguageModel:
 
     # ---- the protocol
     @torch.no_grad()
-    def option_posterior(self, frames: np.ndarray, prompt: str, options: Sequence[str]) -> np.ndarray:
+    def option_posterior(self, frames: np.ndarray, prompt: str, options: Sequence[str], relative_times: Sequence[float] | None = None) -> np.ndarray:
         check_options(options)
-        batch = self._batch(frames, question_from_prompt(prompt), options)
+        batch = self._batch(frames, question_from_prompt(prompt), options, relative_times)
         logits = self.model.option_logits(self.model.encode(batch), batch["option_mask"])[0].double()
         return F.log_softmax(logits, -1).cpu().numpy()
 

@@ -9,10 +9,13 @@ Layout of the encoder input (one sequence, bidirectional attention):
 Visual tokens follow Qwen-VL's recipe: the ViT's 8x8-pixel patch tokens are merged 2x2 (concatenated,
 then projected), so a 64x64 frame gives 16 tokens and a 32x32 frame 4; compute therefore scales with
 resolution as in real VLMs, which is what makes GridProbe's compute accounting meaningful. Each frame
-token gets a spatial position (merged grid, interpolated) and a temporal one: the frame's rank in the
-input scaled to [0, 1] and read from a small learned table by linear interpolation, so order
-questions are answerable and a clip of 144 frames uses the same positions as the 4-48 frame inputs
-of training (an absolute-rank table leaves every rank beyond the longest training input untrained).
+token gets a spatial position (merged grid, interpolated) and a temporal one: when the frame was
+taken as a fraction of the video (the protocol's ``times``; without them, its rank in the input
+scaled to [0, 1]), read from a small learned table by linear interpolation, so order questions are
+answerable and a clip of 144 frames uses the same positions as the 4-48 frame inputs of training
+(an absolute-rank table leaves every rank beyond the longest training input untrained). Like a real
+VLM's timestamps, the times also tell the sufficiency gate how much of the video the frames cover
+(a GridProbe row: a short stretch; a column: all of it) [PROPOSED].
 The ViT is frozen inside the VLM (it is trained separately, CLIP-style).
 
 Option scores come from a *grounded read-out* [PROPOSED; the task spec leaves the head open]: a
@@ -36,8 +39,9 @@ question, for what the referent leaves open) gives the colour and shape asked fo
 score is its best patch's P(object) x P(colour) x P(shape). Both heads are fitted before the main
 loop from the renderer's instance maps and the phrase templates, then frozen.
 The posterior is s * softmax(scores) + (1 - s) * uniform, with s a learned probability that the
-frames shown determine the answer (from the question, the pooled frames, how strongly the best
-options were seen, the count estimate and how alike consecutive frames are) [PROPOSED], trained on
+frames shown determine the answer (from the question, the pooled frames, the read-out's evidence
+for its two best options and its margin between them, the count estimate, how alike consecutive
+frames are and the span of time they cover) [PROPOSED], trained on
 the same "determined by these frames" labels as the answer targets: GridProbe reads confidence.
 Training supervises the timelines densely (which frames show the option's referent), so the model
 learns to look before it learns to answer;
@@ -62,7 +66,7 @@ from planners.builtin.vit import Block, BuiltinViT, ViTConfig, save_builtin
 TEXT_DIM = 384  # MiniLM
 KIND = "builtin-vlm"  # the "model" entry of a saved VLM's config.json
 TRAJECTORY_POINTS = 12
-SUFFICIENCY_STATS = 7
+SUFFICIENCY_STATS = 19
 
 
 @dataclass
@@ -236,11 +240,10 @@ class BuiltinVLMModel(nn.Module):
             sp = sp.permute(0, 2, 3, 1).reshape(1, -1, sp.shape[1])
         return x + sp, where
 
-    def temporal_positions(self, frame_mask: torch.Tensor) -> torch.Tensor:
-        """``(B, T)`` frame mask -> ``(B, T, d)``: the table interpolated at rank / (frames - 1)."""
+    def temporal_positions(self, frame_time: torch.Tensor) -> torch.Tensor:
+        """``(B, T)`` frame times in [0, 1] -> ``(B, T, d)``: the table interpolated at each time."""
         slots = self.temporal.shape[1]
-        n = frame_mask.sum(1, keepdim=True).clamp(min=2).float()
-        pos = (torch.arange(frame_mask.shape[1], device=frame_mask.device)[None] / (n - 1)).clamp(max=1) * (slots - 1)
+        pos = frame_time.clamp(0, 1) * (slots - 1)
         lo = pos.floor().long().clamp(max=slots - 2)
         w = (pos - lo).unsqueeze(-1)
         table = self.temporal[0]
@@ -258,7 +261,7 @@ class BuiltinVLMModel(nn.Module):
         P = vis.shape[1]
         B, Tm = batch["frame_mask"].shape
         where_t = _padded(where, batch["frame_mask"])
-        frames = _padded(vis, batch["frame_mask"]) + self.temporal_positions(batch["frame_mask"])[:, :, None] + self.kind.weight[2]
+        frames = _padded(vis, batch["frame_mask"]) + self.temporal_positions(batch["frame_time"])[:, :, None] + self.kind.weight[2]
         q = self.text_in(batch["question"]) + self.kind.weight[0]
         o = self.option_in(batch["options"]) + self.option_slot.weight[: batch["options"].shape[1]] + self.kind.weight[1]
         c = (self.option_in(self.count_words) + self.kind.weight[3]).expand(B, -1, -1)
@@ -281,7 +284,7 @@ class BuiltinVLMModel(nn.Module):
                 "motion_embedding": motion,
                 "frame_states": x[:, nq + no + nc :].reshape(B, Tm, P, d), "frame_mask": batch["frame_mask"],
                 "options": batch["options"], "frame_emb": _padded(batch["frame_emb"], batch["frame_mask"]), "where": where_t,
-                "attributes": _padded(attributes, batch["frame_mask"])}
+                "attributes": _padded(attributes, batch["frame_mask"]), "frame_time": batch["frame_time"]}
 
     def motion_token(self, where: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
         """The per-frame object positions resampled to a fixed-length trajectory and embedded:
@@ -343,16 +346,28 @@ class BuiltinVLMModel(nn.Module):
         # the posterior: s * softmax + (1 - s) * uniform, s = P(the frames determine the answer)
         ever = p.amax(-1).masked_fill(~safe, 0).sort(-1, descending=True).values
         ever = torch.cat([ever, ever.new_zeros(len(ever), 2)], -1)
-        suff = self.sufficiency_logit(enc, torch.stack([ever[:, 0], ever[:, 1], logp.amax(-1).exp()], -1))[:, None]
+        # the read-out's own evidence for its two best options: a close call or an option never seen says
+        # the frames may not settle the question [PROPOSED]
+        pad = max(0, 2 - logits.shape[1])
+        top = F.pad(logits.masked_fill(~safe, -1e4), (0, pad), value=-1e4).topk(2, -1).indices  # (B, 2)
+        top_feats = F.pad(feats, (0, 0, 0, pad)).gather(1, top[..., None].expand(-1, -1, feats.shape[-1])).flatten(1)
+        best2 = F.pad(logp.exp(), (0, pad)).topk(2, -1).values
+        # detached: the gate reads these, the sufficiency loss must not reshape the read-out to suit it
+        margin = (best2[:, 0] - best2[:, 1]).detach()
+        stats = torch.cat([torch.stack([ever[:, 0], ever[:, 1], best2[:, 0], margin], -1), top_feats.detach()], -1)
+        suff = self.sufficiency_logit(enc, stats)[:, None]
         uniform = -safe.sum(1, keepdim=True).float().log()
         mixed = torch.logaddexp(F.logsigmoid(suff) + logp, F.logsigmoid(-suff) + uniform)
         return mixed.masked_fill(~option_mask, float("-inf"))
 
     def sufficiency_logit(self, enc: dict, option_stats: torch.Tensor) -> torch.Tensor:
         """``(B,)``: the logit that the frames shown determine the answer, from the question, the frames
-        (pooled), how strongly the two best options were seen, the read-out's own peak, the count estimate,
-        and how alike consecutive frames are (a contiguous run of frames vs a spread: a run is likelier
-        to miss an object that a spread would catch). Kept in ``enc`` for the training loss."""
+        (pooled), how strongly the two best options were seen, the read-out's peak and its margin over the
+        runner-up, the read-out features of the two best options (seen at all, how long, when first, count
+        agreement), the count estimate (also as a log: "no count probe fires" is a sharp signal),
+        how alike consecutive frames are, and the span of video time the frames cover and their mean
+        spacing (a contiguous run of frames vs a spread: a run is likelier to miss an object that a
+        spread would catch). Kept in ``enc`` for the training loss."""
         fm = enc["frame_mask"]
         n = fm.sum(1).clamp(min=1).float()
         pooled = (enc["frame_states"].mean(2) * fm[..., None]).sum(1) / n[:, None]
@@ -361,7 +376,11 @@ class BuiltinVLMModel(nn.Module):
         cos = (e[:, 1:] * e[:, :-1]).sum(-1)
         mean_cos = (cos * pair).sum(1) / pair.sum(1).clamp(min=1)
         min_cos = cos.masked_fill(~pair, 1.0).amin(1) if cos.shape[1] else n.new_ones(len(n))
-        stats = torch.cat([option_stats, torch.stack([self.count_estimate(enc) / 5, mean_cos, min_cos, n.log() / 5], -1)], -1)
+        t = enc["frame_time"]
+        span = t.masked_fill(~fm, -1).amax(1) - t.masked_fill(~fm, 2).amin(1)
+        gap = span / (n - 1).clamp(min=1)
+        count = self.count_estimate(enc)
+        stats = torch.cat([option_stats, torch.stack([count / 5, (count + 0.1).log() / 3, mean_cos, min_cos, n.log() / 5, span, 10 * gap], -1)], -1)
         h = F.gelu(self.sufficiency_in(torch.cat([enc["question_state"], pooled], -1)) + self.sufficiency_stats(stats))
         enc["sufficiency_logit"] = self.sufficiency_out(h).squeeze(-1)
         return enc["sufficiency_logit"]
@@ -430,14 +449,18 @@ def collate(items: list[dict], device: torch.device | str = "cpu") -> dict:
     qm = torch.zeros(B, Lq, dtype=torch.bool)
     om = torch.zeros(B, No, dtype=torch.bool)
     fm = torch.zeros(B, Tm, dtype=torch.bool)
+    ft = torch.zeros(B, Tm)
     for i, it in enumerate(items):
         q[i, : len(it["question"])], qm[i, : len(it["question"])] = it["question"], True
         o[i, : len(it["options"])], om[i, : len(it["options"])] = it["options"], True
-        fm[i, : len(it["patches"])] = True
+        t = len(it["patches"])
+        fm[i, :t] = True
+        # when each frame was taken, as a fraction of the video; without times, the rank (frames evenly spread)
+        ft[i, :t] = torch.as_tensor(it["times"], dtype=torch.float32) if it.get("times") is not None else torch.arange(t) / max(1, t - 1)
     patches = torch.cat([it["patches"] for it in items]).to(device)
     frame_emb = torch.cat([it["frame_emb"] for it in items]).to(device)
     return {"patches": patches, "frame_emb": frame_emb, "question": q.to(device), "options": o.to(device), "question_mask": qm.to(device),
-            "option_mask": om.to(device), "frame_mask": fm.to(device)}
+            "option_mask": om.to(device), "frame_mask": fm.to(device), "frame_time": ft.to(device)}
 
 
 def frames_to_tensor(frames: np.ndarray, device) -> torch.Tensor:
