@@ -143,3 +143,16 @@ def test_vlm_posterior_mixes_with_uniform_by_sufficiency():
         torch.nn.init.constant_(model.sufficiency_out.bias, -40.0)  # "the frames decide nothing" -> uniform
         p = model.option_logits(model.encode(batch), batch["option_mask"]).exp()
     assert torch.allclose(p[0], torch.full((4,), 0.25), atol=1e-4) and torch.allclose(p[1, :2], torch.full((2,), 0.5), atol=1e-4)
+
+
+def test_card_target_summary_names_every_miss_with_its_value():
+    from training.vlm import target_summary
+
+    metrics = {"acc_needle": 0.9, "acc_counting": 0.55, "acc_overall": 0.86, "calib_gap_needle": 0.6,
+               "calib_n_needle": [10, 10], "calib32_gap_counting": 0.1, "caption_color_shape_motion": 0.7}
+    lines = target_summary(metrics).splitlines()
+    assert "`acc_overall` >= 0.85: met (0.860)" in lines[0]
+    assert "below target: acc_counting 0.550" in lines[1] and "needle" not in lines[1]
+    assert "`calib_gap_*` >= 0.25: met by all 1" in lines[2]
+    assert "calib32_gap_counting 0.100" in lines[3]
+    assert "missed (0.700)" in lines[4]
