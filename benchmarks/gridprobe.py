@@ -413,9 +413,11 @@ def main(argv=None) -> int:
         args.n = len({r["item"] for r in rows})
         args.grids = sorted({r["K"] for r in rows})
         elapsed = sum(m["seconds"] for m in metas)
-        for key in ("probe_scales", "levels", "vlm", "answerer", "fixed_budget", "seed", "max_options"):
+        for key in ("levels", "vlm", "answerer", "fixed_budget", "seed", "max_options"):
             if metas and key in metas[0]:
                 setattr(args, key, metas[0][key])
+        # shards may run different probe scales (e.g. 1/2 and 1/4 on all questions, 1 on a few): list them all
+        args.probe_scales = sorted({r["probe_scale"] for r in rows if r["probe_scale"] is not None}, reverse=True)
     else:
         if args.items:
             ap.error("--items only filters a --merge; to run a range of questions use --start and --n")

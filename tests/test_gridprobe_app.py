@@ -155,15 +155,17 @@ def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
     assert Image.open(out / "pareto.png").size == (1000, 640)
     # shards: a second process takes items 2-3; a re-run of the first shard skips its finished items
     shard = tmp_path / "shard"
-    args = ["--vlm", str(tiny_vlm_dirs["qwen3-vl"]), "--grids", "2", "--probe-scales", "1,0.5", "--levels", "1"]
-    assert bench([*args, "--n", "2", "--start", "2", "--out", str(shard)]) == 0
+    common = ["--vlm", str(tiny_vlm_dirs["qwen3-vl"]), "--grids", "2", "--levels", "1"]
+    args = [*common, "--probe-scales", "1,0.5"]
+    assert bench([*common, "--probe-scales", "0.5", "--n", "2", "--start", "2", "--out", str(shard)]) == 0
     lines = (out / "rows.jsonl").read_text().splitlines()
     assert bench([*args, "--n", "2", "--out", str(out)]) == 0
     assert (out / "rows.jsonl").read_text().splitlines() == lines  # nothing re-run
     merged = tmp_path / "merged"
-    assert bench(["--merge", str(out), str(shard), "--out", str(merged)]) == 0
+    assert bench(["--merge", str(shard), str(out), "--out", str(merged)]) == 0
     data = json.loads((merged / "results.json").read_text())
     assert sorted({r["item"] for r in data["rows"]}) == [0, 1, 2, 3] and data["meta"]["n"] == 4
+    assert data["meta"]["probe_scales"] == [1, 0.5]  # every shard's scales, not the first shard's
     # --items keeps a range of questions (to compare K values on the same ones); bad ranges name the fix
     assert bench(["--merge", str(out), str(shard), "--items", "1:3", "--out", str(merged)]) == 0
     data = json.loads((merged / "results.json").read_text())
