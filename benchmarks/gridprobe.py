@@ -2,7 +2,7 @@
 
     python -m benchmarks.gridprobe [--vlm builtin|PATH] [--answerer PATH] [--n 60] [--start 0] [--grids 6,8,12,16]
                                    [--probe-scales 1,0.5,0.25] [--levels 1,2,3] [--out outputs/bench/gridprobe]
-    python -m benchmarks.gridprobe --merge DIR [DIR ...] [--items 0:200] --out DIR   # summarise shards run in parallel
+    python -m benchmarks.gridprobe --merge DIR [DIR ...] [--items 0:200] [--probe-scales 0.5] --out DIR   # summarise shards
 
 Questions: worldgen ``longqa`` items of the **test** split (seeds ``split_seed("test", seed, i)``,
 never seen in training), levels cycled (1: 1,000 frames / 4 options, 2: 2,000 / 6, 3: 4,000 / 8),
@@ -384,7 +384,8 @@ def main(argv=None) -> int:
     ap.add_argument("--items", type=_item_range, metavar="START:STOP",
                     help="with --merge: keep only questions START <= i < STOP (e.g. 0:200 to compare K values on the same questions)")
     ap.add_argument("--grids", type=_ints, default=[6, 8, 12, 16], help="comma-separated K values (default 6,8,12,16)")
-    ap.add_argument("--probe-scales", type=_floats, default=[1.0, 0.5, 0.25], help="probe resolutions (default 1,0.5,0.25)")
+    ap.add_argument("--probe-scales", type=_floats, help="probe resolutions (default 1,0.5,0.25); with --merge: keep only "
+                    "these scales' rows (e.g. 0.5 to compare K values at one resolution)")
     ap.add_argument("--levels", type=_ints, default=[1, 2, 3], help="longqa levels, cycled over items (default 1,2,3)")
     ap.add_argument("--max-options", type=int, help="ask with at most this many options (the answer kept): isolates the number of "
                     "choices from the rest of a level's difficulty (default: the level's 4 / 6 / 8)")
@@ -407,6 +408,8 @@ def main(argv=None) -> int:
         rows = read_rows(args.merge)
         if args.items:
             rows = [r for r in rows if args.items[0] <= r["item"] < args.items[1]]
+        if args.probe_scales:
+            rows = [r for r in rows if r["probe_scale"] is None or r["probe_scale"] in args.probe_scales]
         if not rows:
             ap.error(f"--merge {' '.join(map(str, args.merge))}: no finished questions (rows.jsonl) there" + (f" with --items {args.items[0]}:{args.items[1]}" if args.items else ""))
         metas = [json.loads((d / "results.json").read_text())["meta"] for d in args.merge if (d / "results.json").is_file()]
@@ -421,6 +424,7 @@ def main(argv=None) -> int:
     else:
         if args.items:
             ap.error("--items only filters a --merge; to run a range of questions use --start and --n")
+        args.probe_scales = args.probe_scales or [1.0, 0.5, 0.25]
         if args.max_options is not None and args.max_options < 2:
             ap.error(f"invalid --max-options {args.max_options}: a question needs at least 2 options")
         rows = run(args)

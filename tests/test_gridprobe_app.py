@@ -166,6 +166,11 @@ def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
     data = json.loads((merged / "results.json").read_text())
     assert sorted({r["item"] for r in data["rows"]}) == [0, 1, 2, 3] and data["meta"]["n"] == 4
     assert data["meta"]["probe_scales"] == [1, 0.5]  # every shard's scales, not the first shard's
+    # --probe-scales keeps one resolution's rows (and the scale-free baselines)
+    assert bench(["--merge", str(shard), str(out), "--probe-scales", "0.5", "--out", str(merged)]) == 0
+    data = json.loads((merged / "results.json").read_text())
+    assert {r["probe_scale"] for r in data["rows"]} == {None, 0.5} and data["meta"]["probe_scales"] == [0.5]
+    assert {m["label"] for m in data["summary"]["methods"]} >= {"full_frame", "gridprobe@0.5"}
     # --items keeps a range of questions (to compare K values on the same ones); bad ranges name the fix
     assert bench(["--merge", str(out), str(shard), "--items", "1:3", "--out", str(merged)]) == 0
     data = json.loads((merged / "results.json").read_text())
