@@ -48,6 +48,8 @@ def test_relative_times_reach_the_model_and_are_checked(vlm):
     assert not np.allclose(stretch, spread)  # a short stretch is a different input from a spread sample
     with pytest.raises(InputError, match="relative_times"):
         vlm.option_posterior(frames, prompt, opts, relative_times=[0.1, 0.2])
+    with pytest.raises(InputError, match=r"not seconds"):
+        vlm.option_posterior(frames, prompt, opts, relative_times=[0, 2.5, 5, 7.5])
 
 
 def test_generate_encode_and_flops(vlm):

@@ -105,10 +105,14 @@ class BuiltinVisionLanguageModel:
         patches, emb = self._vision(frames)
         opts = self.text.encode(list(options)) if options else torch.zeros(0, 384)
         times = relative_times
-        if times is not None and len(times) != len(frames):
-            raise InputError("relative_times", f"{len(times)} values for {len(frames)} frames", "pass one per frame: when it was taken, as a fraction of the video (0-1)")
+        if times is not None:
+            times = np.asarray(times, np.float32)
+            if len(times) != len(frames):
+                raise InputError("relative_times", f"{len(times)} values for {len(frames)} frames", "pass one per frame: when it was taken, as a fraction of the video (0-1)")
+            if not np.all((times >= 0) & (times <= 1)):
+                raise InputError("relative_times", f"values from {times.min():g} to {times.max():g}", "pass fractions of the video in [0, 1] (time / duration), not seconds")
         return collate([{"patches": patches, "frame_emb": emb, "question": self.text.tokens([question])[0], "options": opts,
-                         "times": None if times is None else np.asarray(times, np.float32)}], self.device)
+                         "times": times}], self.device)
 
     def _vision(self, frames: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """The frozen ViT's (patch tokens, frame embeddings), reusing cached frames."""
