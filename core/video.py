@@ -463,7 +463,11 @@ def write_video(
 
     ``frames`` may be an array ``(T, H, W, 3)`` or any iterable of ``(H, W, 3)`` frames, so long
     videos stream to disk. Odd sizes are padded by one pixel (yuv420p needs even sides), with a
-    warning. If anything fails, no file is left at ``path``.
+    warning. If anything fails, no file is left at ``path``. The same frames give the same bytes in
+    every process: x264's macroblock-tree rate control is off, because with it the bundled libx264
+    encodes identical frames differently after an earlier encode in the same process (measured: 60
+    processes that each wrote a different noise clip first wrote the same 48 frames as 6 distinct
+    files; with ``mbtree=0``, as one), which broke worldgen's byte-identical exports.
     """
     import av
 
@@ -488,7 +492,7 @@ def write_video(
                         logger.warning("padding %dx%d frames to %dx%d for yuv420p", h, w, eh, ew)
                     stream = out.add_stream("libx264", rate=_fps_fraction(fps))
                     stream.width, stream.height, stream.pix_fmt = ew, eh, "yuv420p"
-                    stream.options = {"crf": str(crf)}
+                    stream.options = {"crf": str(crf), "x264-params": "mbtree=0"}
                     if keyframe_interval:
                         stream.codec_context.gop_size = int(keyframe_interval)
                         stream.options["keyint"] = str(int(keyframe_interval))

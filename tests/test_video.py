@@ -228,3 +228,28 @@ def test_mkv_output(tmp_path):
     assert len(Video(out)) == 10
     with pytest.raises(InputError, match="suffix"):
         write_video(tmp_path / "a.gif", _moving_square(t=2))
+
+
+_ENCODE_AFTER_ANOTHER = """
+import sys, numpy as np
+from core.video import write_video
+rng = np.random.default_rng(int(sys.argv[2]))
+write_video(sys.argv[1] + ".first.mp4", [rng.integers(0, 255, (64, 64, 3), dtype=np.uint8) for _ in range(48)], fps=12)
+from worldgen.tasks import vrs
+from worldgen.tasks.base import split_seed
+world = vrs.generate(split_seed("train", 5, 1)).worlds["video"]  # a clip that showed the problem
+write_video(sys.argv[1], [world.render(t).rgb for t in range(world.num_frames)], fps=world.fps)
+"""
+
+
+def test_same_frames_give_the_same_bytes_whatever_was_encoded_before(tmp_path):
+    # x264's mbtree made the second encode of a process depend on the first (see write_video)
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    outs = []
+    for seed in range(4):
+        out = tmp_path / f"clip{seed}.mp4"
+        subprocess.run([sys.executable, "-c", _ENCODE_AFTER_ANOTHER, str(out), str(seed)], check=True, cwd=root, capture_output=True)
+        outs.append(out.read_bytes())
+    assert all(o == outs[0] for o in outs[1:])
