@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from core.atomic import atomic_path, write_text_atomic
+
 logger = logging.getLogger("benchmarks.gridprobe")
 
 
@@ -303,7 +305,7 @@ def pareto_plot(summary: dict, path: Path, size: tuple[int, int] = (1000, 640)) 
     d = ImageDraw.Draw(img)
     if not ms:
         d.text((W // 2 - 60, H // 2), "no data", fill="black")
-        img.save(path)
+        _save_atomic(img, path)
         return path
     xs = np.log10([m["mean_tflops"] for m in ms])
     ys = np.array([100 * m["accuracy"]["value"] for m in ms])
@@ -339,8 +341,13 @@ def pareto_plot(summary: dict, path: Path, size: tuple[int, int] = (1000, 640)) 
         y = top + 10 + 20 * i
         d.ellipse([W - right + 15, y, W - right + 25, y + 10], fill=colour, outline="black")
         d.text((W - right + 32, y - 1), name, fill="black")
-    img.save(path)
+    _save_atomic(img, path)
     return path
+
+
+def _save_atomic(img, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        img.save(tmp)
 
 
 def _pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -411,7 +418,8 @@ def main(argv=None) -> int:
         if args.probe_scales:
             rows = [r for r in rows if r["probe_scale"] is None or r["probe_scale"] in args.probe_scales]
         if not rows:
-            ap.error(f"--merge {' '.join(map(str, args.merge))}: no finished questions (rows.jsonl) there" + (f" with --items {args.items[0]}:{args.items[1]}" if args.items else ""))
+            filters = (f" with --items {args.items[0]}:{args.items[1]}" if args.items else "") + (f" at --probe-scales {','.join(f'{p:g}' for p in args.probe_scales)}" if args.probe_scales else "")
+            ap.error(f"--merge {' '.join(map(str, args.merge))}: no finished questions (rows.jsonl) there{filters}")
         metas = [json.loads((d / "results.json").read_text())["meta"] for d in args.merge if (d / "results.json").is_file()]
         args.n = len({r["item"] for r in rows})
         args.grids = sorted({r["K"] for r in rows})
@@ -434,8 +442,8 @@ def main(argv=None) -> int:
             "n": args.n, "grids": args.grids, "probe_scales": args.probe_scales, "levels": args.levels, "vlm": args.vlm,
             "answerer": args.answerer, "fixed_budget": args.fixed_budget, "seed": args.seed, "max_options": args.max_options,
             "seconds": elapsed, "python": platform.python_version(), "machine": platform.machine()}
-    (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1, default=str))
-    (out / "results.md").write_text(markdown(summary, meta))
+    write_text_atomic(out / "results.json", json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1, default=str))
+    write_text_atomic(out / "results.md", markdown(summary, meta))
     pareto_plot(summary, out / "pareto.png")
     print(f"wrote {out / 'results.json'}, {out / 'results.md'} and {out / 'pareto.png'}")
     return 0

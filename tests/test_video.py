@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -244,8 +245,6 @@ write_video(sys.argv[1], [world.render(t).rgb for t in range(world.num_frames)],
 
 def test_same_frames_give_the_same_bytes_whatever_was_encoded_before(tmp_path):
     # x264's mbtree made the second encode of a process depend on the first (see write_video)
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[1]
     outs = []
     for seed in range(4):
