@@ -10,7 +10,7 @@ Visual tokens follow Qwen-VL's recipe: the ViT's 8x8-pixel patch tokens are merg
 then projected), so a 64x64 frame gives 16 tokens and a 32x32 frame 4; compute therefore scales with
 resolution as in real VLMs, which is what makes GridProbe's compute accounting meaningful. Each frame
 token gets a spatial position (merged grid, interpolated) and a temporal one: when the frame was
-taken as a fraction of the video (the protocol's ``times``; without them, its rank in the input
+taken as a fraction of the video (the protocol's ``relative_times``; without them, its rank in the input
 scaled to [0, 1]), read from a small learned table by linear interpolation, so order questions are
 answerable and a clip of 144 frames uses the same positions as the 4-48 frame inputs of training
 (an absolute-rank table leaves every rank beyond the longest training input untrained). Like a real
