@@ -17,8 +17,8 @@ DESCRIPTION = """\
 Atelier: staged video/vision pipelines (planners, renderers, trackers), offline by default.
 
 Verbs:
-  info       versions, device, backends and the weights found
-  ask        answer a multiple-choice question about a long video (GridProbe: picks its own frames)
+  info       versions, device, backends, weights and the pipelines that exist
+{pipelines}
   video      video utilities: probe (metadata), sample (frames + contact sheet), overlay (masks/captions)
   batch      run any verb over a JSONL manifest, resumably, one result folder per item
   worldgen   generate synthetic-world datasets (masks, keypoints, tasks) and preview galleries
@@ -40,6 +40,16 @@ examples:
 """
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number; use 1-65535") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is outside 1-65535")
+    return port
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
@@ -47,15 +57,17 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="atelier", description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="atelier", description=DESCRIPTION.format(pipelines="\n".join(f"  {a.verb:10s} {a.help}" for a in _pipeline_apps().values())),
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
 
-    p = sub.add_parser("info", help="versions, device, backends, weights", description="Print versions, the compute device, available backends and the weights Atelier can find.")
+    p = sub.add_parser("info", help="versions, device, backends, weights, pipelines", description="Print versions, the compute device, available backends, the weights Atelier can find and the pipelines it offers.")
     _add_common(p)
     p.set_defaults(func=_cmd_info)
 
-    _add_ask(sub)
+    for app in _pipeline_apps().values():
+        _add_pipeline_verb(sub, app)
 
     video = sub.add_parser("video", help="video utilities (probe, sample, overlay)", description="Video utilities built on core.Video (decord/PyAV, real seeking, bounded memory).")
     vsub = video.add_subparsers(dest="tool", metavar="TOOL", required=True)
@@ -85,11 +97,27 @@ def build_parser() -> argparse.ArgumentParser:
         "batch",
         help="run verbs over a JSONL manifest (resumable)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Run one verb per manifest line. Each item's result is written atomically to OUT/<id>/, its status appended to OUT/status.jsonl. Re-running skips finished items and retries failed ones; one bad item never stops the rest. Exit code 1 if any item failed.",
-        epilog='manifest lines look like:\n  {"id": "bbb", "verb": "video.sample", "args": {"video": "bbb.mp4", "n": 8}}\nverbs: ' + ", ".join(sorted(_batch_verbs())),
+        description="Run one verb per manifest line. Each item's result is written atomically to OUT/<id>/, its status appended to OUT/status.jsonl. Re-running skips finished items and retries failed ones; one bad item never stops the rest. Exit code 1 if any item failed. Nothing in OUT that atelier batch did not write is ever deleted or overwritten: an item whose OUT/<id> is someone else's fails instead.",
+        epilog=(
+            'manifest lines look like (UTF-8 JSON Lines; "#" lines are comments):\n'
+            '  {"id": "bbb", "verb": "video.sample", "args": {"video": "bbb.mp4", "n": 8}}\n'
+            "paths: a top-level string arg that is a relative path existing beside the manifest\n"
+            '  ("bbb.mp4" above) is resolved against the manifest\'s folder, whatever the current\n'
+            "  directory and engine; other strings (and absolute paths) pass unchanged.\n"
+            "engines:\n"
+            "  atelier batch jobs.jsonl -o out/                          # local: one item after another\n"
+            "  atelier batch jobs.jsonl -o out/ --engine ray             # a Ray cluster started for this run\n"
+            "  atelier batch jobs.jsonl -o /nfs/out --engine ray --ray-address auto   # an existing cluster\n"
+            "  (on a cluster, OUT must be a folder every node sees, and atelier must be installed on\n"
+            "  every node: pip install 'atelier[distributed]')\n"
+            "verbs: " + ", ".join(sorted(_batch_verbs()))
+        ),
     )
     p.add_argument("manifest", help="JSON Lines file, one item per line")
-    p.add_argument("-o", "--out", required=True, help="output folder (holds status.jsonl and one folder per item)")
+    p.add_argument("-o", "--out", required=True, help="output folder (holds status.jsonl and one folder per item); may not be the manifest or an input")
+    p.add_argument("--engine", choices=("local", "ray"), default="local", help="local (default): run here, one item at a time; ray: a pool of Ray actors, same results and status.jsonl")
+    p.add_argument("--ray-address", metavar="ADDR", help="join an existing Ray cluster: 'auto' (started with `ray start --head` on this machine) or 'ray://HOST:10001'; default: start a local one")
+    p.add_argument("--workers", type=int, metavar="N", help="ray engine: actors in the pool (default: one per GPU, else one per CPU; fewer if each item loads a large model)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     _add_common(p)
     p.set_defaults(func=_cmd_batch)
@@ -97,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="start the web demo (127.0.0.1)", description="Start the Gradio web demo on this machine only (loopback), never shared publicly; uploads are size- and length-limited.")
     p.add_argument("--host", default="127.0.0.1", help="loopback interface to bind (default 127.0.0.1); another address also needs --allow-remote")
     p.add_argument("--allow-remote", action="store_true", help="permit a non-loopback --host (the demo has no authentication)")
-    p.add_argument("--port", type=int, default=7860)
+    p.add_argument("--port", type=_port, default=7860, help="TCP port, 1-65535 (default 7860)")
     p.add_argument("--max-video-seconds", type=float, default=600.0, help="reject longer uploads (default 600)")
     p.add_argument("--max-file-size", default="500mb", help="upload size limit (default 500mb)")
     p.add_argument("--vlm", action="append", default=[], metavar="PATH", help="also offer this VLM checkpoint (directory or HF cache id) in the web tabs; repeatable")
@@ -126,53 +154,66 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-ASK_EPILOG = """\
-examples:
-  atelier ask talk.mp4 -q "What does the speaker hold?" --options "a pen" "a cup" "a phone"
-  atelier ask talk.mp4 -q "..." --options A B C D --vlm /models/Qwen3-VL-2B-Instruct --answerer /models/Qwen3-VL-8B-Instruct
-  atelier ask talk.mp4 -q "..." --options A B C D --grid 16 --probe-scale 0.5 --json -o out/
+def _pipeline_apps() -> dict:
+    from pipelines.registry import apps
 
-Put VIDEO before --options (which takes every word after it). The answer is read from the
-answer-letter posterior, never generated text. Compute is the language model's analytic FLOPs
-(vision tower excluded, as in the paper), next to one full-frame pass on all K² frames.
-"""
-
-# mirrored from pipelines.gridprobe (not imported here: building the parser stays fast)
-BUDGET_RULES = ("skew", "pr", "mean", "otsu")
-TIE_BREAKS = ("stable", "spread")
-PROMPT_STYLES = ("default", "videomme_v2", "longvideobench")
+    return apps()
 
 
-def _add_ask(sub) -> None:
-    p = sub.add_parser(
-        "ask", help="answer a multiple-choice question about a video (GridProbe)", epilog=ASK_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="GridProbe: probe a KxK grid of K² uniformly sampled frames with 2K cheap passes (rows, columns), "
-                    "build a frame-importance map from the answer posteriors, pick a per-question number of frames "
-                    "from the map's shape, and answer with one focused pass on those frames.",
-    )
-    p.add_argument("video", help="video file, folder of frames, or image")
-    p.add_argument("-q", "--question", required=True, help="the question")
-    p.add_argument("--options", nargs="+", required=True, metavar="OPTION", help="2 to 10 answer options, lettered A, B, ...")
-    p.add_argument("--grid", "-K", type=int, help="grid side K: K² frames in the pool, 2K probes (default 12)")
-    p.add_argument("--probe-scale", type=float, help="probe resolution as a fraction of the source side, in (0, 1] (default 1)")
-    p.add_argument("--focus-scale", type=float, help="focused-pass resolution as a fraction of the source side (default 1)")
-    p.add_argument("--budget-rule", choices=BUDGET_RULES, help="how many frames the focused pass gets (default skew, the paper's)")
-    p.add_argument("--gamma", type=float, help="gamma of the budget rule (default 3.0)")
-    p.add_argument("--min-frames", type=int, help="fewest frames for the focused pass (default 2)")
-    p.add_argument("--max-frames", type=int, help="most frames for the focused pass (default K²)")
-    p.add_argument("--tie-break", choices=TIE_BREAKS, help="order of equally important frames (default stable, the reference's)")
-    p.add_argument("--prompt-style", choices=PROMPT_STYLES, help="MCQ prompt wording (default: lmms-eval's)")
-    p.add_argument("--vlm", help="selector VLM: 'builtin' (default), a builtin VLM directory (atelier train vlm --out DIR), or a transformers checkpoint directory / HF cache id")
-    p.add_argument("--answerer", help="VLM for the focused pass (default: the selector)")
-    p.add_argument("--pipeline", metavar="DIR", help="a saved GridProbe pipeline (directory with pipeline.json)")
-    p.add_argument("--device", help="cuda, mps or cpu (default: the best available)")
-    p.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bfloat16 on CUDA, float32 otherwise)")
-    p.add_argument("--seed", type=int, help="seed Python, NumPy and torch first")
-    p.add_argument("-o", "--out", help="save result.json, config.json, importance_map.png and selected_frames.png here")
-    p.add_argument("--no-progress", action="store_true", help="hide the probe progress bar")
+def _add_pipeline_verb(sub, app) -> None:
+    """A pipeline's verb, built from its ``PipelineApp``: inputs, every config setting, component overrides."""
+    p = sub.add_parser(app.verb, help=app.help, description=app.description, epilog=app.examples,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    for inp in app.inputs:
+        nargs = "+" if inp.kind == "texts" else None
+        meta = inp.name.upper() if inp.kind != "texts" else inp.name.upper().rstrip("S")
+        if inp.flag is None and inp.kind != "texts":
+            p.add_argument(inp.name, help=inp.help)
+        else:
+            flags = [f"--{inp.name}"] + ([inp.flag] if inp.flag else [])
+            p.add_argument(*flags, dest=inp.name, required=inp.required, nargs=nargs, metavar=meta, help=inp.help)
+    settings = p.add_argument_group("settings (the pipeline config; saved beside every output)")
+    for s in app.settings():
+        flags = [f"--{s.name.replace('_', '-')}"] + ([s.flag] if s.flag else [])
+        extra = f" (default {s.default})" if s.default is not None and "default" not in s.help else ""
+        if s.range is not None:
+            low, high = (f"{v:g}" if v is not None else "" for v in s.range)
+            extra += f"; range {low or '-inf'}..{high or 'inf'}"
+        kw: dict = {"dest": f"setting_{s.name}", "help": s.help + extra}
+        if s.type is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif s.pair:
+            kw.update(nargs=2, type=int, metavar=("H", "W"))
+        else:
+            kw.update(type=_typed(s), metavar=s.name.split("_")[-1].upper() if not s.choices else None, choices=s.choices)
+        settings.add_argument(*flags, **kw)
+    models = p.add_argument_group("models and placement")
+    for slot, flag in app.components.items():
+        spec = app.pipeline_class.component_specs[slot]
+        default = app.defaults.get(slot)
+        models.add_argument(f"--{flag}", dest=f"component_{slot}", metavar="PATH",
+                            help=f"{spec.help}: 'builtin', a builtin model folder, or a transformers checkpoint directory / HF cache id"
+                                 + (f" (default {default})" if default else ""))
+    models.add_argument("--pipeline", metavar="DIR", help=f"a saved {app.name} pipeline (directory with pipeline.json)")
+    models.add_argument("--device", help="cuda, mps or cpu (default: the best available)")
+    models.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bfloat16 on CUDA, float32 otherwise)")
+    models.add_argument("--seed", type=int, help="seed of the run's random generator (0 .. 2^63-1)")
+    models.add_argument("--trust-remote-code", action="store_true", help="let a checkpoint run its own Python code (off by default)")
+    p.add_argument("-o", "--out", help=f"save {app.saved_files or 'the outputs'} in this folder")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_common(p)
-    p.set_defaults(func=_cmd_ask)
+    p.set_defaults(func=_cmd_pipeline, app=app)
+
+
+def _typed(setting):
+    """argparse ``type=`` for a setting: its own parser, so errors name the setting."""
+    def parse(text: str):
+        try:
+            return setting.parse(text)
+        except Exception as e:  # argparse turns this into "argument --x: invalid value" with our message
+            raise argparse.ArgumentTypeError(str(e)) from None
+    parse.__name__ = setting.type.__name__
+    return parse
 
 
 def _batch_verbs() -> list[str]:
@@ -207,17 +248,17 @@ def _cmd_info(args) -> int:
     return 0
 
 
-def _cmd_ask(args) -> int:
-    from app.ask import ask, format_summary
+def _cmd_pipeline(args) -> int:
+    from app.runner import run_app
 
-    res = ask(
-        args.video, args.question, args.options, out_dir=args.out, vlm=args.vlm, answerer=args.answerer,
-        pipeline=args.pipeline, device=args.device, dtype=args.dtype, seed=args.seed, progress=not args.no_progress,
-        grid=args.grid, probe_scale=args.probe_scale, focus_scale=args.focus_scale, budget_rule=args.budget_rule,
-        gamma=args.gamma, min_frames=args.min_frames, max_frames=args.max_frames, tie_break=args.tie_break,
-        prompt_style=args.prompt_style,
-    )
-    _emit(args, res, format_summary(res))
+    app = args.app
+    values = {inp.name: getattr(args, inp.name) for inp in app.inputs}
+    values.update({k[len("setting_"):]: v for k, v in vars(args).items() if k.startswith("setting_") and v is not None})
+    values.update({k[len("component_"):]: v for k, v in vars(args).items() if k.startswith("component_") and v is not None})
+    values.update(pipeline=args.pipeline, device=args.device, dtype=args.dtype, seed=args.seed,
+                  trust_remote_code=args.trust_remote_code, progress=not args.no_progress)
+    _, summary = run_app(app, values, out_dir=args.out)
+    _emit(args, summary, app.format(summary))
     return 0
 
 
@@ -246,8 +287,16 @@ def _cmd_video_overlay(args) -> int:
 
 def _cmd_batch(args) -> int:
     from app.batch import run_batch
+    from core.errors import InputError, MediaError
 
-    s = run_batch(args.manifest, args.out, progress=not args.no_progress)
+    if args.engine != "ray" and (args.ray_address or args.workers):
+        raise InputError("--engine", args.engine, "--ray-address and --workers need --engine ray")
+    if args.workers is not None and args.workers < 1:
+        raise InputError("--workers", args.workers, "use 1 or more actors")
+    try:
+        s = run_batch(args.manifest, args.out, progress=not args.no_progress, engine=args.engine, ray_address=args.ray_address, workers=args.workers)
+    except OSError as e:  # e.g. the disk filled up while writing status.jsonl: one line, never a traceback
+        raise MediaError(e.filename or args.out, e.strerror or str(e), "free space or fix -o/--out, then re-run the same command to resume") from None
     res = {"total": s.total, "ok": s.ok, "failed": s.failed, "skipped": s.skipped, "out": s.out_dir}
     _emit(args, res, f"{s.ok} ok, {s.failed} failed, {s.skipped} skipped (already done) of {s.total}; status in {Path(s.out_dir) / 'status.jsonl'}")
     return s.exit_code
@@ -297,11 +346,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except AtelierError as e:
-        print(f"atelier {args.verb}: error: {e}", file=sys.stderr)
+        print(f"atelier {args.verb}: error: {_one_line(e)}", file=sys.stderr)
         return 2 if isinstance(e, ValueError) else 1
+    except OSError as e:  # a disk or permission problem met mid-run: one line, never a traceback
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"atelier {args.verb}: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print(f"atelier {args.verb}: error: out of memory; ask for less (fewer frames, a smaller grid or size)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())
 
 
 if __name__ == "__main__":

@@ -65,7 +65,10 @@ def run_demo(out: str | Path, video: str | Path | None = None) -> Path:
 
 def _add_gridprobe(gallery: Gallery, out: Path) -> None:
     """A 1,000-frame needle question (test split, never trained on), answered by GridProbe with the builtin VLM."""
-    from app.ask import BuiltinUnavailableError, ask, format_summary
+    from app.runner import run_app
+    from pipelines.gridprobe.pipeline import format_summary
+    from pipelines.registry import get_app
+    from planners.loading import BuiltinUnavailableError
     from core.video import write_video
     from worldgen.tasks import longqa
     from worldgen.tasks.base import split_seed
@@ -75,7 +78,8 @@ def _add_gridprobe(gallery: Gallery, out: Path) -> None:
     clip = write_video(out / "gridprobe" / "clip.mp4", (world.render(t, annotations=False).rgb for t in range(world.num_frames)),
                        fps=world.fps)
     try:
-        s = ask(clip, rec["question"], rec["options"], out_dir=out / "gridprobe", probe_scale=0.5, progress=False)
+        _, s = run_app(get_app("ask"), {"video": str(clip), "question": rec["question"], "options": rec["options"], "progress": False},
+                       out_dir=out / "gridprobe")
     except BuiltinUnavailableError as e:
         logger.warning("GridProbe demo skipped: %s", e)
         return
@@ -87,7 +91,7 @@ def _add_gridprobe(gallery: Gallery, out: Path) -> None:
         f"resolution give the importance map (chosen cells outlined); the chosen frames go to the focused pass.",
         images=[s["files"]["importance_map.png"], s["files"]["selected_frames.png"]], videos=[str(clip)],
         data={"summary": format_summary(s)},
-        command=f"atelier ask {clip} --question \"{rec['question']}\" --options {' '.join(rec['options'])} --probe-scale 0.5",
+        command=f"atelier ask {clip} --question \"{rec['question']}\" --options {' '.join(rec['options'])}",
     ))
 
 

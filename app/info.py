@@ -23,6 +23,7 @@ def collect_info() -> dict:
     import torch
 
     from core.device import select_device
+    from pipelines.registry import apps
 
     versions = {p: _version(p) for p in _PACKAGES}
     builtin = sorted(p.parent.name for p in (WEIGHTS_DIR / "builtin").glob("*/model.safetensors"))
@@ -42,6 +43,7 @@ def collect_info() -> dict:
             "web": bool(versions["gradio"]),
         },
         "builtin_weights": builtin,
+        "pipelines": {a.verb: {"name": a.name, "help": a.help} for a in apps().values()},
         "catalog": {k: [c["id"] for c in v] for k, v in catalog.get("pipelines", {}).items()},
     }
 
@@ -52,6 +54,8 @@ def format_info(info: dict) -> str:
     lines += [f"  {k:24s} {v or '-'}" for k, v in info["versions"].items()]
     lines.append("backends:")
     lines += [f"  {k:24s} {v}" for k, v in info["backends"].items()]
+    lines.append("pipelines (atelier VERB --help):")
+    lines += [f"  {verb:24s} {p['name']}: {p['help']}" for verb, p in info["pipelines"].items()]
     lines.append("builtin weights: " + (", ".join(info["builtin_weights"]) or "none yet (make weights)"))
     lines.append("real checkpoints each pipeline can load (weights/catalog.json):")
     lines += [f"  {k:24s} {', '.join(v)}" for k, v in info["catalog"].items()]

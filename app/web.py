@@ -1,11 +1,12 @@
 """The Gradio web demo: one tab per pipeline, plus video tools. Binds 127.0.0.1 by default.
 
-Pipelines add tabs by appending a builder ``(settings: WebSettings) -> None`` to ``TABS``; each
-builder is called inside ``gr.Blocks`` and ``gr.Tab``.
+Every registered pipeline (``pipelines.registry``) gets a tab built from its ``PipelineApp``: its
+inputs, its config settings, the models the server offers, examples and its outputs.
 """
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ def check_upload(path: str | None, settings: WebSettings) -> str:
         with Video(path) as v:
             duration = v.duration
     except AtelierError as e:
-        raise gr.Error(f"This file cannot be read as a video: {e}") from None
+        raise gr.Error(f"This file cannot be read as a video: {user_message(e, [path])}") from None
     if duration > settings.max_video_seconds:
         raise gr.Error(f"The video lasts {duration:.0f} s; this server accepts at most {settings.max_video_seconds:.0f} s.")
     return path
@@ -81,65 +82,134 @@ def _video_tools_tab(settings: WebSettings) -> None:
     b_overlay.click(overlay, [video, caption], out_video, api_name="overlay")
 
 
-def gridprobe_answer(path: str, question: str, options_text: str, grid: float = 12, probe_scale: float = 1.0,
-                     vlm: str = "builtin", answerer: str = ""):
-    """The GridProbe tab's work: ``(answer markdown, heatmap, frame strip, summary)``; user errors raise ``gr.Error``."""
+def user_message(error: Exception, uploads: list[str] = ()) -> str:
+    """An error as a visitor may read it: uploads by file name only, no server paths, no errno codes."""
+    import re
+
+    text = " ".join(str(error).split())
+    for path in uploads:
+        if path:
+            text = text.replace(str(path), Path(path).name)
+    text = re.sub(r"\[Errno \d+\]\s*", "", text)
+    return re.sub(r"(/[\w.\-]+){2,}/([\w.\-]+)", r"\2", text)  # any other absolute path -> its last part
+
+
+def _input_component(inp):
     import gradio as gr
 
-    from app.ask import run_ask, summarize
+    if inp.kind == "video":
+        return gr.Video(label=inp.name, sources=["upload"])
+    if inp.kind == "image":
+        return gr.Image(label=inp.name, type="filepath", sources=["upload"])
+    if inp.kind == "texts":
+        return gr.Textbox(label=f"{inp.name}, one per line", lines=4, info=inp.help)
+    return gr.Textbox(label=inp.name, info=inp.help)
+
+
+def _setting_component(s):
+    """A config setting as a form control: choices -> dropdown, bool -> checkbox, bounded number -> slider."""
+    import gradio as gr
+
+    label, info = s.name.replace("_", " "), s.help
+    if s.choices:
+        return gr.Dropdown(list(s.choices), value=s.default, label=label, info=info)
+    if s.type is bool:
+        return gr.Checkbox(value=bool(s.default), label=label, info=info)
+    if s.pair:
+        return gr.Textbox(value="" if s.default is None else " ".join(map(str, s.default)), label=label, info=info + " (H W)")
+    low, high = s.range or (None, None)
+    if s.type is int and low is not None and high is not None and high - low <= 256:
+        return gr.Slider(low, high, value=s.default, step=1, label=label, info=info)
+    if s.type is float and low is not None and high is not None and high <= 1:
+        return gr.Slider(0.05, high, value=s.default, step=0.05, label=label, info=info)
+    return gr.Number(value=s.default, label=label, info=info, precision=0 if s.type is int else None, minimum=low, maximum=high)
+
+
+def _output_component(kind: str, label: str):
+    import gradio as gr
+
+    makers = {"markdown": lambda: gr.Markdown(label=label), "image": lambda: gr.Image(label=label, type="numpy"),
+              "label": lambda: gr.Label(label=label), "json": lambda: gr.JSON(label=label), "video": lambda: gr.Video(label=label)}
+    return makers[kind]()
+
+
+def run_in_web(app, settings: WebSettings, values: tuple) -> tuple:
+    """One web request: ``values`` in the tab's order (inputs, settings, models) -> the tab's outputs.
+    Every user error is a ``gr.Error`` that names no server path; warnings are ``gr.Warning``s."""
+    import gradio as gr
+
+    from app.runner import run_app
     from core.errors import AtelierError
 
-    options = [line.strip() for line in (options_text or "").splitlines() if line.strip()]
-    if not (question or "").strip():
-        raise gr.Error("Type a question.")
-    if not 2 <= len(options) <= 10:
-        raise gr.Error(f"Give 2 to 10 options, one per line (got {len(options)}).")
+    app_settings = app.settings()
+    names_in = [i.name for i in app.inputs]
+    given = dict(zip(names_in, values))
+    uploads = [str(given[i.name]) for i in app.inputs if i.kind in ("video", "image") and given.get(i.name)]
+    for i in app.inputs:
+        if i.kind == "video":
+            check_upload(given.get(i.name), settings)
+        elif i.required and not str(given.get(i.name) or "").strip():
+            raise gr.Error(f"Fill in '{i.name}' first.")
+    rest = values[len(names_in):]
+    chosen = dict(zip([s.name for s in app_settings], rest[:len(app_settings)]))
+    picked = dict(zip(app.components, rest[len(app_settings):]))
+    for model in picked.values():
+        if model and model not in settings.models:
+            raise gr.Error(f"Choose a model this server offers: {list(settings.models)}")
+    for i in app.inputs:  # a list of texts comes from the form one per line
+        if i.kind == "texts" and isinstance(given.get(i.name), str):
+            given[i.name] = [line.strip() for line in given[i.name].splitlines() if line.strip()]
+    args = {**given, **{k: v for k, v in chosen.items() if v not in (None, "")}, **{s: m for s, m in picked.items() if m}}
     try:
-        out = run_ask(path, question.strip(), options, vlm=(vlm or "").strip() or None,
-                      answerer=(answerer or "").strip() or None, grid=int(grid), probe_scale=float(probe_scale))
+        inputs, config, _, _ = app.split_args(args)
+        for warning in (app.web_check(inputs, config) if app.web_check else []):
+            gr.Warning(warning)
+        out, summary = run_app(app, args)
     except AtelierError as e:
-        raise gr.Error(str(e)) from None
-    s = summarize(out)
-    t = s["tflops"]
-    text = (f"### {s['answer']}. {s['answer_text']}  (p = {s['posterior'][s['answer']]:.2f})\n\n"
-            f"**{s['m_eff']} of {s['pool_size']} frames** chosen: {s['frames']}\n\n"
-            f"**Compute:** {t['total']:.3g} TFLOPs (probes {t['probe']:.3g} + focus {t['focus']:.3g}) "
-            f"vs **{t['full_frame']:.3g} TFLOPs** for one full-frame pass on all {s['pool_size']} frames "
-            f"({t['reduction']:.2f}x less). Probe-ensemble answer: {s['ensemble_answer']}.")
-    return text, out.heatmap(), out.strip(), s
+        raise gr.Error(user_message(e, uploads)) from None
+    return app.web_present(out, summary)
 
 
-def _gridprobe_tab(settings: WebSettings) -> None:
+def pipeline_tab(app, settings: WebSettings) -> None:
+    """A registered pipeline's tab: its inputs, every config setting, the models this server offers,
+    clickable examples, and its outputs. Errors become ``gr.Error`` with no server paths; a failed
+    request leaves the outputs empty rather than showing the previous answer."""
     import gradio as gr
 
-    def run(path, question, options_text, grid, probe_scale, vlm, answerer, progress=gr.Progress(track_tqdm=True)):
-        if vlm not in settings.models or (answerer and answerer not in settings.models):
-            raise gr.Error(f"Choose a model this server offers: {list(settings.models)}")
-        return gridprobe_answer(check_upload(path, settings), question, options_text, grid, probe_scale, vlm, answerer)
+    from app.examples import EXAMPLES
 
-    gr.Markdown("Ask a multiple-choice question about a long video. GridProbe samples K² frames, runs 2K cheap probes "
-                "(grid rows and columns), maps which frames the answer depends on, and answers from just those frames.")
+    app_settings = app.settings()
+    gr.Markdown(app.web_note)
     with gr.Row():
         with gr.Column():
-            video = gr.Video(label="video", sources=["upload"])
-            question = gr.Textbox(label="question", placeholder="What colour was the object that briefly appeared?")
-            options = gr.Textbox(label="options, one per line", lines=4, placeholder="red\ngreen\nblue\nyellow")
-            grid = gr.Slider(2, 16, value=12, step=1, label="grid K (K² frames, 2K probes)")
-            probe_scale = gr.Slider(0.1, 1.0, value=1.0, step=0.05, label="probe resolution (fraction of the source side)")
+            inputs = [_input_component(i) for i in app.inputs]
+            with gr.Accordion("settings", open=False):
+                controls = [_setting_component(s) for s in app_settings]
             with gr.Accordion("models", open=False):
-                vlm = gr.Dropdown(list(settings.models), value=settings.models[0], label="selector VLM (offered by the server: atelier serve --vlm PATH)")
-                answerer = gr.Dropdown(["", *settings.models], value="", label="answerer (blank: the same model)")
-            button = gr.Button("Answer", variant="primary")
+                models = [gr.Dropdown(([""] if app.pipeline_class.component_specs[slot].optional else []) + list(settings.models),
+                                      value="" if app.pipeline_class.component_specs[slot].optional else settings.models[0],
+                                      label=f"{slot}: {app.pipeline_class.component_specs[slot].help} (offered by the server: atelier serve --vlm PATH)")
+                          for slot in app.components]
+            button = gr.Button("Run", variant="primary")
         with gr.Column():
-            answer = gr.Markdown()
-            heatmap = gr.Image(label="importance map (chosen cells outlined)", type="numpy")
-            strip = gr.Image(label="chosen frames", type="numpy")
-            details = gr.JSON(label="details")
-    button.click(run, [video, question, options, grid, probe_scale, vlm, answerer], [answer, heatmap, strip, details],
-                 api_name="ask")
+            outputs = [_output_component(kind, label) for kind, label in app.web_outputs]
+    if app.verb in EXAMPLES:
+        gr.Examples(examples=EXAMPLES[app.verb](), inputs=inputs, label="examples (synthetic clips the built-in model knows)")
+
+    def run(*values, progress=gr.Progress(track_tqdm=True)):
+        return run_in_web(app, settings, values)
+
+    def clear():
+        return [None] * len(outputs)
+
+    button.click(clear, None, outputs, queue=False).then(run, [*inputs, *controls, *models], outputs, api_name=app.verb)
 
 
-TABS: list[tuple[str, Callable[[WebSettings], None]]] = [("Video tools", _video_tools_tab), ("GridProbe QA", _gridprobe_tab)]
+def tabs() -> list[tuple[str, Callable[[WebSettings], None]]]:
+    """The video tools, then one tab per registered pipeline."""
+    from pipelines.registry import apps
+
+    return [("Video tools", _video_tools_tab)] + [(a.web_title or a.name, functools.partial(pipeline_tab, a)) for a in apps().values()]
 
 
 def build_app(settings: WebSettings | None = None):
@@ -148,7 +218,7 @@ def build_app(settings: WebSettings | None = None):
     settings = settings or WebSettings()
     with gr.Blocks(title="Atelier") as demo:
         gr.Markdown("# Atelier\nStaged video/vision pipelines, running offline on the built-in models.")
-        for title, build in TABS:
+        for title, build in tabs():
             with gr.Tab(title):
                 build(settings)
     demo.queue(default_concurrency_limit=1, max_size=16)

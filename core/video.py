@@ -28,6 +28,7 @@ from core.errors import (
     VideoDecodeError,
     VideoOpenError,
 )
+from core.frames import resize_frame
 
 logger = logging.getLogger(__name__)
 
@@ -216,12 +217,7 @@ def _target_size(h: int, w: int, height: int | None, width: int | None) -> tuple
 
 
 def _resize(frame: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    if frame.shape[:2] == size:
-        return frame
-    import cv2
-
-    shrink = size[0] * size[1] < frame.shape[0] * frame.shape[1]
-    return cv2.resize(frame, (size[1], size[0]), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
+    return frame if frame.shape[:2] == size else resize_frame(frame, size)
 
 
 def _natural_key(p: Path) -> list:

@@ -1,13 +1,17 @@
 """The Pipeline base, in the diffusers mould.
 
-A pipeline owns named components (planners, renderers, trackers). ``save_pretrained(dir)`` writes
-each component into ``dir/<name>/`` and an index, ``pipeline.json``, naming every component's class
-and backend together with the pipeline's config; ``from_pretrained(dir)`` reads it back. Any
-component can be overridden at load time with an instance or a directory, which is how a pipeline
-switches from the builtin backend to a real checkpoint by configuration alone.
+A pipeline owns named, typed components (planners, renderers, trackers): ``component_specs`` maps each
+name to a ``ComponentSpec`` stating the protocol the component must implement and how a checkpoint
+directory for it is loaded. ``save_pretrained(dir)`` writes each component into ``dir/<name>/`` and
+an index, ``pipeline.json`` (format version, the pipeline class, its config, each component's class
+and backend); ``from_pretrained(dir)`` reads it back. Any component can be overridden at load time
+with an instance or a directory, which is how a pipeline switches from the builtin backend to a
+real checkpoint by configuration alone.
 
-A component is any object with ``save_pretrained(dir)``, a classmethod ``from_pretrained(dir, **kw)``
-and, optionally, ``to(device, dtype)`` and a ``backend`` attribute.
+Every ``__call__`` follows one contract: ``generator=`` (a ``torch.Generator`` or an int seed) is
+the only source of randomness; pipelines that loop call ``callback_on_step_end(pipe, step, info)``
+after each step and stop at the next step once ``interrupt()`` was called; outputs are dataclasses
+whose fields declare how they are saved (``output_field(save=...)``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import importlib
 import inspect
 import json
 import logging
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,32 +31,137 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from core.atomic import write_json_atomic
+from core.atomic import atomic_path, write_json_atomic
 from core.device import select_device, select_dtype
-from core.errors import AtelierError, InputError, MediaError
+from core.errors import AtelierError, InputError
 
 logger = logging.getLogger(__name__)
 
 INDEX_FILE = "pipeline.json"
+FORMAT_VERSION = 1
+INDEX_KEYS = ("format_version", "_class_name", "_module", "config", "components")
 # Component classes are imported from these packages only: an index file cannot make us import
 # arbitrary code.
 TRUSTED_COMPONENT_PACKAGES = ("planners", "renderers", "trackers", "scorers", "transformers", "diffusers")
+HF_PACKAGES = ("transformers", "diffusers")
+
+
+class PipelineInterrupted(AtelierError):
+    """``Pipeline.interrupt()`` stopped a call before it finished."""
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """What a pipeline needs in one component slot.
+
+    ``protocol``: a ``runtime_checkable`` Protocol (or a class) the component must satisfy.
+    ``loader``: ``"module:function"`` that turns a directory / cache id into a component (e.g.
+    ``planners.loading:load_vlm`` tells a builtin VLM folder from a transformers checkpoint); used
+    for overrides by path and for optional components absent from a saved index. Without one, an
+    override directory is loaded with the class recorded in the index.
+    ``optional``: the slot may hold None. ``help``: shown by the CLI and the web app.
+    """
+
+    protocol: type | None = None
+    loader: str | None = None
+    optional: bool = False
+    help: str = ""
+
+    def load(self, name: str, source: str | Path, **kwargs: Any) -> Any:
+        if self.loader is None:
+            raise InputError(name, str(source), "this component has no loader for paths; pass an instance")
+        module, _, func = self.loader.partition(":")
+        return getattr(importlib.import_module(module), func)(str(source), **kwargs)
+
+
+def protocol_methods(protocol: type) -> list[str]:
+    """The public callables a Protocol (or class) declares, own and inherited."""
+    names: list[str] = []
+    for klass in protocol.__mro__:
+        if klass in (object, typing.Protocol, typing.Generic):
+            continue
+        names += [n for n, v in vars(klass).items() if not n.startswith("_") and callable(v) and n not in names]
+    return names
+
+
+def check_component(name: str, comp: Any, spec: ComponentSpec) -> None:
+    """Raise ``InputError`` when ``comp`` does not implement ``spec.protocol``, naming what it lacks."""
+    if spec.protocol is None:
+        return
+    missing = [m for m in protocol_methods(spec.protocol) if not callable(getattr(comp, m, None))]
+    if missing:
+        raise InputError(name, type(comp).__name__,
+                         f"a {spec.protocol.__name__} is needed; {type(comp).__name__} lacks {missing}")
+
+
+def component_backend(comp: Any) -> str:
+    """``hf`` for transformers / diffusers classes and wrappers that say so, ``builtin`` for the
+    shipped models, else the component's own ``backend`` attribute or ``custom``."""
+    root = type(comp).__module__.split(".")[0]
+    if root in HF_PACKAGES:
+        return "hf"
+    declared = getattr(comp, "backend", None)
+    if isinstance(declared, str) and declared:
+        return declared
+    return "builtin" if type(comp).__module__.startswith("planners.builtin") else "custom"
+
+
+def make_generator(generator: torch.Generator | int | None, device: torch.device | str = "cpu") -> torch.Generator | None:
+    """The caller's randomness as a ``torch.Generator``: pass one through, seed a new one from an int."""
+    if generator is None or isinstance(generator, torch.Generator):
+        return generator
+    if isinstance(generator, bool) or not isinstance(generator, (int, np.integer)) or not 0 <= int(generator) < 2**63:
+        raise InputError("generator", generator, "pass a torch.Generator or an integer seed in [0, 2**63)")
+    return torch.Generator(device=device).manual_seed(int(generator))
+
+
+def setting(default: Any = dataclasses.MISSING, *, help: str, choices: tuple | None = None,
+            range: tuple[float | None, float | None] | None = None, flag: str | None = None, **kwargs: Any):
+    """A config field with the metadata the CLI, batch manifests and the web tab are built from:
+    ``help`` (one line), ``choices``, an inclusive ``range`` ``(low, high)`` (None: open), an extra
+    short CLI ``flag`` (e.g. ``-K``). One declaration, three interfaces."""
+    metadata = {"help": help, "choices": tuple(choices) if choices else None, "range": range, "flag": flag}
+    return field(default=default, metadata=metadata, **kwargs)
+
+
+def check_range(name: str, value: Any, bounds: tuple | None) -> None:
+    """``InputError`` when ``value`` lies outside the field's declared ``range``."""
+    if bounds is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    low, high = bounds
+    if (low is not None and value < low) or (high is not None and value > high):
+        span = f"{low if low is not None else '-inf'}..{high if high is not None else 'inf'}"
+        raise InputError(name, value, f"use a value in {span}")
 
 
 @dataclass
 class PipelineConfig:
-    """Scalar settings of a pipeline; subclasses add fields. Saved in ``pipeline.json``."""
+    """Scalar settings of a pipeline; subclasses add fields. Saved in ``pipeline.json``.
+
+    Field metadata drive the CLI, batch manifests and the web tab (``pipelines.registry``):
+    ``help`` (one line), ``choices``, ``range`` ``(low, high)`` inclusive, ``flag`` (an extra
+    short CLI flag such as ``-K``). ``renamed`` maps old key -> new key for saved indexes.
+    """
+
+    renamed: ClassVar[dict[str, str]] = {}
+
+    def check_fields(self) -> None:
+        """Declared ``choices`` and ``range`` of every field (subclasses call it from ``validate``)."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("choices") and value not in f.metadata["choices"]:
+                raise InputError(f.name, value, f"choose one of {list(f.metadata['choices'])}")
+            check_range(f.name, value, f.metadata.get("range"))
 
 
 class Pipeline:
-    """Base class: components by name, save/load, device placement, progress bars, seeding.
+    """Base class: typed components by name, save/load, device placement, progress, the call contract.
 
-    Subclasses set ``component_names`` (the components they need, in order) and ``config_class``,
-    and implement ``__call__`` as ``check_inputs -> encode -> prepare -> loop -> decode``.
+    Subclasses set ``component_specs`` (name -> ``ComponentSpec``, in order) and ``config_class``, and
+    implement ``__call__`` as ``check_inputs -> encode -> prepare -> loop -> decode``.
     """
 
-    component_names: ClassVar[tuple[str, ...]] = ()
-    optional_components: ClassVar[tuple[str, ...]] = ()
+    component_specs: ClassVar[dict[str, ComponentSpec]] = {}
     config_class: ClassVar[type] = PipelineConfig
 
     def __init__(self, config: Any | None = None, **components: Any):
@@ -59,26 +170,33 @@ class Pipeline:
         if not isinstance(config, self.config_class):
             raise InputError("config", type(config).__name__, f"pass a {self.config_class.__name__}")
         self.config = config
-        self.components: dict[str, Any] = {}
-        missing = [n for n in self.component_names if n not in components and n not in self.optional_components]
-        if missing:
-            raise InputError("components", sorted(components), f"{type(self).__name__} needs {missing}")
-        unknown = [n for n in components if n not in self.component_names]
+        specs = type(self).component_specs
+        unknown = [n for n in components if n not in specs]
         if unknown:
-            raise InputError("components", unknown, f"{type(self).__name__} takes only {list(self.component_names)}")
-        self.register_components(**components)
-        self._progress_config: dict[str, Any] = {}
-
-    def register_components(self, **components: Any) -> None:
+            raise InputError("components", unknown, f"{type(self).__name__} takes only {list(specs)}")
+        missing = [n for n, s in specs.items() if components.get(n) is None and not s.optional]
+        if missing:
+            raise InputError("components", sorted(n for n, c in components.items() if c is not None),
+                             f"{type(self).__name__} needs {missing}")
         for name, comp in components.items():
-            self.components[name] = comp
+            if comp is not None:
+                check_component(name, comp, specs[name])
+        self.components: dict[str, Any] = {n: components.get(n) for n in specs}
+        for name, comp in self.components.items():
             setattr(self, name, comp)
+        self._progress_config: dict[str, Any] = {}
+        self._interrupted = False
+
+    @classmethod
+    def component_names(cls) -> tuple[str, ...]:
+        return tuple(cls.component_specs)
 
     # ---- persistence
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write every component to ``directory/<name>/`` and the ``pipeline.json`` index."""
         directory = Path(directory)
         index: dict[str, Any] = {
+            "format_version": FORMAT_VERSION,
             "_class_name": type(self).__name__,
             "_module": type(self).__module__,
             "config": dataclasses.asdict(self.config),
@@ -90,59 +208,87 @@ class Pipeline:
                 continue
             comp.save_pretrained(directory / name)
             cls = type(comp)
-            index["components"][name] = {
-                "class": f"{cls.__module__}.{cls.__qualname__}",
-                "backend": getattr(comp, "backend", "builtin"),
-            }
+            index["components"][name] = {"class": f"{cls.__module__}.{cls.__qualname__}", "backend": component_backend(comp)}
         write_json_atomic(directory / INDEX_FILE, index)
         return directory
 
     @classmethod
-    def from_pretrained(
-        cls,
-        directory: str | Path,
-        *,
-        device: str | torch.device | None = None,
-        dtype: str | torch.dtype | None = None,
-        trust_remote_code: bool = False,
-        config: Any | None = None,
-        **overrides: Any,
-    ):
+    def from_pretrained(cls, directory: str | Path, *, device: str | torch.device | None = None,
+                        dtype: str | torch.dtype | None = None, trust_remote_code: bool = False,
+                        config: Any | None = None, **overrides: Any):
         """Load a pipeline saved with ``save_pretrained``.
 
-        ``overrides`` replace components by name: pass an instance, or a directory holding a
-        checkpoint of the same component class (e.g. ``vlm="/models/Qwen2.5-VL-7B-Instruct"``).
-        ``trust_remote_code`` is handed to transformers loaders and stays off unless you pass it.
+        ``overrides`` replace components by name: pass an instance, or a directory / cache id that
+        the slot's loader understands (e.g. ``selector="/models/Qwen2.5-VL-7B-Instruct"`` on a saved
+        builtin pipeline); an override for an optional component the index leaves empty loads it.
+        ``trust_remote_code`` is handed to the loaders and stays off unless you pass it.
         """
-        directory = Path(directory)
-        index_path = directory / INDEX_FILE
-        if not index_path.is_file():
-            raise MediaError(directory, f"no {INDEX_FILE} here", "pass a directory written by save_pretrained")
-        index = json.loads(index_path.read_text())
-        if index.get("_class_name") != cls.__name__ and cls is not Pipeline:
-            raise MediaError(index_path, f"holds a {index.get('_class_name')}, not a {cls.__name__}")
-        pipe_cls = cls if cls is not Pipeline else _import_pipeline_class(index)
-        unknown = [n for n in overrides if n not in pipe_cls.component_names]
+        index, index_path = read_index(directory)
+        pipe_cls = cls if cls is not Pipeline else _import_pipeline_class(index, index_path)
+        if index["_class_name"] != pipe_cls.__name__:
+            raise InputError(f"{index_path} _class_name", index["_class_name"],
+                             f"this directory holds a {index['_class_name']}; load it with that class, not {pipe_cls.__name__}")
+        specs = pipe_cls.component_specs
+        unknown = [n for n in overrides if n not in specs]
         if unknown:
-            raise InputError("overrides", unknown, f"{pipe_cls.__name__} has components {list(pipe_cls.component_names)}")
+            raise InputError("overrides", unknown, f"{pipe_cls.__name__} has components {list(specs)}")
+        saved = index["components"]
+        if not isinstance(saved, dict):
+            raise InputError(f"{index_path} components", saved, "expected an object naming each component; re-save the pipeline")
+        strange = [n for n in saved if n not in specs]
+        if strange:
+            raise InputError(f"{index_path} components", strange, f"{pipe_cls.__name__} has components {list(specs)}; remove or rename these keys")
         components = {}
-        for name, spec in index["components"].items():
+        for name, spec in specs.items():
             override = overrides.get(name)
             if override is not None and not isinstance(override, (str, Path)):
                 components[name] = override
-                continue
-            if spec is None:
+            elif override is not None:
+                components[name] = _load_override(name, spec, override, saved.get(name), index_path, device, dtype, trust_remote_code)
+            elif name not in saved:
+                raise InputError(f"{index_path} components.{name}", None, f"the index does not list {name!r}; re-save the pipeline or pass {name}=...")
+            elif saved[name] is None:
                 components[name] = None
-                continue
-            comp_cls = _import_component_class(spec["class"], index_path)
-            source = Path(override) if override is not None else directory / name
-            components[name] = _load_component(comp_cls, source, trust_remote_code)
+            else:
+                comp_cls = _component_class(saved[name], f"{index_path} components.{name}", spec)
+                components[name] = _load_with(comp_cls, directory_of(index_path) / name, trust_remote_code)
         if config is None:
-            config = pipe_cls.config_class(**index.get("config", {}))
+            config = config_from_dict(pipe_cls.config_class, index["config"], f"{index_path} config")
         pipe = pipe_cls(config=config, **components)
         if device is not None or dtype is not None:
             pipe.to(device, dtype)
         return pipe
+
+    @classmethod
+    def build(cls, pipeline: str | Path | None = None, *, device: str | None = None, dtype: str | None = None,
+              trust_remote_code: bool = False, components: dict[str, Any] | None = None,
+              config: dict[str, Any] | None = None, defaults: dict[str, Any] | None = None):
+        """A pipeline from an optional saved directory, component overrides and config changes.
+
+        ``components``: name -> instance, directory or cache id (None keeps the saved one or, without
+        ``pipeline``, ``defaults``). ``config``: field -> value (None keeps). Used by the CLI, the
+        batch runner, the web app and the benchmarks, so all four load models the same way.
+        """
+        components = {k: v for k, v in (components or {}).items() if v is not None}
+        unknown = [n for n in components if n not in cls.component_specs]
+        if unknown:
+            raise InputError("components", unknown, f"{cls.__name__} has components {list(cls.component_specs)}")
+        if pipeline is not None:
+            pipe = _cached_pipeline(cls, str(pipeline), device, dtype, trust_remote_code)
+            chosen = {n: components.get(n, pipe.components[n]) for n in cls.component_specs}
+            base = pipe.config
+        else:
+            chosen = {n: components.get(n, (defaults or {}).get(n)) for n in cls.component_specs}
+            base = cls.config_class()
+        for name, value in chosen.items():
+            if isinstance(value, (str, Path)):
+                chosen[name] = _cached_component(cls, name, str(value), device, dtype, trust_remote_code)
+        changes = {k: v for k, v in (config or {}).items() if v is not None}
+        known = {f.name for f in dataclasses.fields(cls.config_class)}
+        bad = sorted(set(changes) - known)
+        if bad:
+            raise InputError("settings", bad, f"{cls.__name__} settings are {sorted(known)}")
+        return cls(dataclasses.replace(base, **changes), **chosen)
 
     # ---- placement
     def to(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None):
@@ -165,7 +311,7 @@ class Pipeline:
                 return dev
         return torch.device("cpu")
 
-    # ---- progress
+    # ---- progress, steps, interruption
     def set_progress_bar_config(self, **kwargs: Any) -> None:
         """Options for tqdm, e.g. ``disable=True``; applied to every bar this pipeline shows."""
         self._progress_config = dict(kwargs)
@@ -174,85 +320,363 @@ class Pipeline:
         opts = {"desc": desc or type(self).__name__, "leave": False, **self._progress_config}
         return tqdm(iterable, total=total, **opts)
 
+    def interrupt(self) -> None:
+        """Stop the running call at its next step (from a callback or another thread); it raises
+        ``PipelineInterrupted``. The next call starts afresh."""
+        self._interrupted = True
+
+    def _begin_call(self) -> None:
+        self._interrupted = False
+
+    def step_end(self, callback: Callable | None, step: int, info: dict[str, Any]) -> None:
+        """End of loop step ``step``: call ``callback(pipe, step, info)``, then honour ``interrupt()``."""
+        if callback is not None:
+            callback(self, step, info)
+        if self._interrupted:
+            self._interrupted = False
+            raise PipelineInterrupted(f"{type(self).__name__} interrupted after step {step}")
+
     def __repr__(self) -> str:
-        comps = ", ".join(f"{n}={type(c).__name__}" for n, c in self.components.items())
+        comps = ", ".join(f"{n}={type(c).__name__ if c is not None else None}" for n, c in self.components.items())
         return f"{type(self).__name__}({comps}, config={self.config})"
 
 
-def _import_component_class(path: str, index_path: Path) -> type:
+# --------------------------------------------------------------------------- index reading
+
+
+def directory_of(index_path: Path) -> Path:
+    return index_path.parent
+
+
+def read_index(directory: str | Path) -> tuple[dict, Path]:
+    """``pipeline.json`` as a dict, every problem an ``InputError`` naming the key and the fix."""
+    directory = Path(directory)
+    index_path = directory / INDEX_FILE
+    if not index_path.is_file():
+        raise InputError("pipeline", str(directory), f"no {INDEX_FILE} here; pass a directory written by save_pretrained")
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(str(index_path), "unreadable JSON", f"the file is damaged or truncated ({e}); re-save the pipeline") from None
+    except OSError as e:
+        raise InputError(str(index_path), "unreadable", f"{e.strerror or e}; check its permissions") from None
+    if not isinstance(index, dict):
+        raise InputError(str(index_path), type(index).__name__, "expected a JSON object; re-save the pipeline")
+    version = index.get("format_version")
+    if version is None:
+        raise InputError(f"{index_path} format_version", None, f"missing; an index written by this version has format_version {FORMAT_VERSION}: re-save the pipeline")
+    if version != FORMAT_VERSION:
+        raise InputError(f"{index_path} format_version", version, f"this Atelier reads format {FORMAT_VERSION}; re-save the pipeline with it")
+    for key in INDEX_KEYS:
+        if key not in index:
+            raise InputError(f"{index_path} {key}", None, f"missing key; an index has {list(INDEX_KEYS)}")
+    unknown = sorted(set(index) - set(INDEX_KEYS))
+    if unknown:
+        raise InputError(f"{index_path}", unknown, f"unknown keys; an index has only {list(INDEX_KEYS)}")
+    if not isinstance(index["config"], dict):
+        raise InputError(f"{index_path} config", index["config"], "expected an object of settings")
+    return index, index_path
+
+
+def config_from_dict(config_class: type, values: dict, where: str):
+    """Build ``config_class`` from saved settings: renamed keys name their new name, unknown keys and
+    missing required ones are ``InputError``s; a bad value is the config's own ``InputError``."""
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    renamed = getattr(config_class, "renamed", {})
+    for key in values:
+        if key in renamed:
+            raise InputError(f"{where}.{key}", values[key], f"this setting is now called {renamed[key]!r}; rename the key")
+        if key not in fields:
+            raise InputError(f"{where}.{key}", values[key], f"unknown setting; {config_class.__name__} has {sorted(fields)}")
+    required = [n for n, f in fields.items() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    absent = [n for n in required if n not in values]
+    if absent:
+        raise InputError(f"{where}", absent, "required settings are missing; add them to the index")
+    try:
+        return config_class(**values)
+    except TypeError as e:
+        raise InputError(where, values, f"settings do not fit {config_class.__name__} ({e})") from None
+
+
+def _import_object(path: str, where: str) -> Any:
+    if not isinstance(path, str) or "." not in path:
+        raise InputError(where, path, "expected a dotted class path such as 'planners.hf.HFVisionLanguageModel'")
+    if path.split(".")[0] not in TRUSTED_COMPONENT_PACKAGES:
+        raise InputError(where, path, f"class paths must lie in the trusted packages {TRUSTED_COMPONENT_PACKAGES}")
     module_name, _, qualname = path.rpartition(".")
-    if module_name.split(".")[0] not in TRUSTED_COMPONENT_PACKAGES:
-        raise MediaError(index_path, f"component class {path!r} is outside the trusted packages {TRUSTED_COMPONENT_PACKAGES}")
     try:
         obj = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
-        raise MediaError(index_path, f"cannot import component class {path!r} ({e})") from None
+    except ImportError:
+        try:  # the path may name a module itself
+            return importlib.import_module(path)
+        except ImportError as e:
+            raise InputError(where, path, f"cannot import it ({e}); is the package installed?") from None
+    for part in qualname.split("."):
+        if not hasattr(obj, part):
+            raise InputError(where, path, f"{module_name} has no {part!r}; the class may have been renamed: re-save the pipeline")
+        obj = getattr(obj, part)
     return obj
 
 
-def _import_pipeline_class(index: dict) -> type:
+def _component_class(entry: Any, where: str, spec: ComponentSpec) -> type:
+    """The component class an index entry names, checked: a trusted, concrete class that can load
+    itself and implements the slot's protocol (never a module or a generic Auto* factory)."""
+    if not isinstance(entry, dict) or "class" not in entry:
+        raise InputError(where, entry, "expected {\"class\": ..., \"backend\": ...}; re-save the pipeline")
+    unknown = sorted(set(entry) - {"class", "backend"})
+    if unknown:
+        raise InputError(where, unknown, "unknown keys; a component entry has 'class' and 'backend'")
+    obj = _import_object(entry["class"], f"{where}.class")
+    if not inspect.isclass(obj):
+        raise InputError(f"{where}.class", entry["class"], "names a module or function, not a component class")
+    if obj.__module__.split(".")[0] in HF_PACKAGES and obj.__name__.startswith("Auto"):
+        raise InputError(f"{where}.class", entry["class"], "a generic Auto* factory is not a component; name the concrete class")
+    lacking = [m for m in ("from_pretrained", "save_pretrained") if not callable(getattr(obj, m, None))]
+    if spec.protocol is not None:
+        lacking += [m for m in protocol_methods(spec.protocol) if not callable(getattr(obj, m, None))]
+    if lacking:
+        raise InputError(f"{where}.class", entry["class"], f"not a component for this slot: it lacks {lacking}")
+    return obj
+
+
+def _import_pipeline_class(index: dict, index_path: Path) -> type:
     module = index.get("_module", "")
-    if not module.startswith("pipelines."):
-        raise AtelierError(f"pipeline module {module!r} is not an Atelier pipeline")
-    return getattr(importlib.import_module(module), index["_class_name"])
+    if not isinstance(module, str) or not module.startswith("pipelines."):
+        raise InputError(f"{index_path} _module", module, "not an Atelier pipeline module (pipelines.*)")
+    try:
+        cls = getattr(importlib.import_module(module), index["_class_name"])
+    except (ImportError, AttributeError, TypeError):
+        raise InputError(f"{index_path} _class_name", index.get("_class_name"), f"no such pipeline in {module}") from None
+    if not (inspect.isclass(cls) and issubclass(cls, Pipeline)):
+        raise InputError(f"{index_path} _class_name", index.get("_class_name"), "not a Pipeline class")
+    return cls
 
 
-def _load_component(comp_cls: type, source: Path, trust_remote_code: bool):
-    kwargs = {}
+def _load_with(comp_cls: type, source: Path, trust_remote_code: bool, **kwargs: Any):
     params = inspect.signature(comp_cls.from_pretrained).parameters
     if "trust_remote_code" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
         kwargs["trust_remote_code"] = trust_remote_code
     return comp_cls.from_pretrained(source, **kwargs)
 
 
+def _load_override(name: str, spec: ComponentSpec, source: str | Path, entry: Any, index_path: Path,
+                   device, dtype, trust_remote_code: bool):
+    """An override given as a path: the slot's loader decides what the directory holds; without a
+    loader, the class the index recorded loads it."""
+    if spec.loader is not None:
+        return spec.load(name, source, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+    if entry is None:
+        raise InputError(name, str(source), "this slot has no loader and the index names no class for it; pass an instance")
+    comp_cls = _component_class(entry, f"{index_path} components.{name}", spec)
+    return _load_with(comp_cls, Path(source), trust_remote_code)
+
+
+_PIPELINE_CACHE: dict[tuple, Pipeline] = {}
+_COMPONENT_CACHE: dict[tuple, Any] = {}
+_CACHE_SIZE = 4
+
+
+def _remember(cache: dict, key: tuple, make: Callable[[], Any]) -> Any:
+    """Keep the last few loaded pipelines / components: a batch or a web session loads each once."""
+    if key not in cache:
+        if len(cache) >= _CACHE_SIZE:
+            cache.pop(next(iter(cache)))
+        cache[key] = make()
+    return cache[key]
+
+
+def clear_caches() -> None:
+    """Forget the pipelines and components ``Pipeline.build`` loaded (tests; freeing memory)."""
+    _PIPELINE_CACHE.clear()
+    _COMPONENT_CACHE.clear()
+
+
+def _cached_pipeline(cls: type, directory: str, device, dtype, trust_remote_code: bool):
+    return _remember(_PIPELINE_CACHE, (cls, directory, device, dtype, trust_remote_code),
+                     lambda: cls.from_pretrained(directory, device=device, dtype=dtype, trust_remote_code=trust_remote_code))
+
+
+def _cached_component(cls: type, name: str, source: str, device, dtype, trust_remote_code: bool):
+    spec = cls.component_specs[name]
+    return _remember(_COMPONENT_CACHE, (spec.loader, source, device, dtype, trust_remote_code),
+                     lambda: spec.load(name, source, device=device, dtype=dtype, trust_remote_code=trust_remote_code))
+
+
 # --------------------------------------------------------------------------- outputs
 
+SAVE_KINDS = ("video", "masks", "keypoints", "image", "json", "npy", "none")
+OUTPUT_TYPES = ("np", "pil", "pt")
 
-@dataclass
+
+def output_field(save: str = "json", **kwargs: Any):
+    """A dataclass field of a pipeline output that says how ``save()`` writes it: ``video`` (H.264
+    mp4), ``masks`` (DAVIS palette PNGs + COCO RLE JSON), ``keypoints`` (COCO keypoint JSON),
+    ``image`` (PNG), ``json`` (into result.json), ``npy``, or ``none`` (kept in memory only)."""
+    if save not in SAVE_KINDS:
+        raise InputError("save", save, f"choose one of {SAVE_KINDS}")
+    metadata = dict(kwargs.pop("metadata", {}) or {}, save=save)
+    return field(metadata=metadata, **kwargs)
+
+
+@dataclass(repr=False)
 class PipelineOutput:
-    """Base of typed pipeline outputs. ``save(dir)`` writes each field in its natural format:
+    """Base of typed pipeline outputs.
 
-    - ``(T, H, W, 3)`` uint8 arrays -> ``<name>.mp4`` (H.264), ``(H, W, 3)`` -> ``<name>.png``;
-    - ``(T, H, W)`` uint8 fields whose name contains "mask" -> ``<name>/00000.png ...`` (DAVIS palette);
-    - other arrays -> ``<name>.npy``; everything else -> ``result.json``;
-    - the config used -> ``config.json``.
+    Subclasses are ``@dataclass(repr=False)`` (this class's ``repr`` shows shapes, not arrays) and
+    declare each field's file with ``output_field(save=...)``; undeclared fields go into
+    ``result.json``. ``save(dir)`` also writes ``config.json`` (the settings used) and whatever
+    ``pictures()`` returns (derived images such as a heatmap).
     """
 
-    config: dict | None = field(default=None, repr=False, kw_only=True)
+    config: dict | None = output_field("none", default=None, kw_only=True)
 
     def save(self, directory: str | Path, fps: float | None = None) -> Path:
-        from core.masks import write_mask_folder
-        from core.video import write_video
-
+        """Write every field as declared into ``directory`` (created; files written atomically)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        scalars: dict[str, Any] = {}
         fps = fps or getattr(self, "fps", None) or 8.0
+        scalars: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            kind, value = f.metadata.get("save", "json"), getattr(self, f.name)
+            if kind == "none" or (value is None and kind != "json"):
+                continue
+            if kind == "json":
+                scalars[f.name] = value
+            else:
+                _SAVERS[kind](directory, f.name, value, fps)
+        write_json_atomic(directory / "result.json", json_safe(scalars))
+        if self.config is not None:
+            write_json_atomic(directory / "config.json", json_safe(self.config))
+        for name, image in self.pictures().items():
+            if image is not None:
+                _save_image(directory, name, image, fps)
+        return directory
+
+    def pictures(self) -> dict[str, np.ndarray | None]:
+        """Derived RGB images written by ``save`` as ``<name>.png`` (none by default)."""
+        return {}
+
+    def files(self, directory: str | Path) -> dict[str, str]:
+        """The files ``save(directory)`` wrote, by name."""
+        directory = Path(directory)
+        return {p.name: str(p) for p in sorted(directory.iterdir())} if directory.is_dir() else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every JSON-saved field, JSON-safe (what ``result.json`` holds)."""
+        return json_safe({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("save", "json") == "json"})
+
+    def convert(self, output_type: str = "np") -> PipelineOutput:
+        """Image and video fields as numpy arrays (``np``, the default), PIL images (``pil``) or
+        torch tensors ``(T, 3, H, W)`` float in [0, 1] (``pt``); returns a new output."""
+        if output_type not in OUTPUT_TYPES:
+            raise InputError("output_type", output_type, f"choose one of {OUTPUT_TYPES}")
+        if output_type == "np":
+            return self
+        changes = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("save") in ("image", "video") and isinstance(value, np.ndarray):
+                changes[f.name] = _to_pil(value) if output_type == "pil" else _to_pt(value)
+        return dataclasses.replace(self, **changes)
+
+    def __repr__(self) -> str:
+        parts = []
         for f in dataclasses.fields(self):
             if f.name == "config":
                 continue
-            value = getattr(self, f.name)
-            if isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 4 and value.shape[-1] == 3:
-                write_video(directory / f"{f.name}.mp4", value, fps=fps)
-            elif isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 3 and value.shape[-1] == 3:
-                from PIL import Image
+            parts.append(f"{f.name}={_short(getattr(self, f.name))}")
+        return f"{type(self).__name__}({', '.join(parts)})"
 
-                from core.atomic import atomic_path
 
-                with atomic_path(directory / f"{f.name}.png") as tmp:
-                    Image.fromarray(value).save(tmp, format="PNG")
-            elif isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 3 and "mask" in f.name:
-                write_mask_folder(directory / f.name, value)
-            elif isinstance(value, np.ndarray) and value.size > 4096:
-                from core.atomic import atomic_path
+def _short(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"array{tuple(value.shape)} {value.dtype}" if value.size > 8 else np.array2string(value, precision=3, separator=", ")
+    if isinstance(value, torch.Tensor):
+        return f"tensor{tuple(value.shape)} {value.dtype}"
+    if isinstance(value, (list, tuple)) and len(value) > 8:
+        return f"[{len(value)} items]"
+    if isinstance(value, dict) and len(repr(value)) > 120:
+        return "{" + ", ".join(map(str, value)) + "}"
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
 
-                with atomic_path(directory / f"{f.name}.npy") as tmp:
-                    np.save(tmp, value)
-            else:
-                scalars[f.name] = value
-        write_json_atomic(directory / "result.json", scalars)
-        if self.config is not None:
-            write_json_atomic(directory / "config.json", self.config)
-        return directory
+
+def _to_pil(value: np.ndarray):
+    from PIL import Image
+
+    return Image.fromarray(value) if value.ndim == 3 else [Image.fromarray(v) for v in value]
+
+
+def _to_pt(value: np.ndarray) -> torch.Tensor:
+    t = torch.from_numpy(np.ascontiguousarray(value)).float().div(255)
+    return t.permute(2, 0, 1) if t.ndim == 3 else t.permute(0, 3, 1, 2)
+
+
+def _check_array(name: str, value: Any, ndim: int, what: str) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.ndim != ndim:
+        raise InputError(name, f"array {arr.shape}", f"a field saved as {what} must have {ndim} dimensions")
+    return arr
+
+
+def _save_video(directory: Path, name: str, value: Any, fps: float) -> None:
+    from core.video import write_video
+
+    write_video(directory / f"{name}.mp4", _check_array(name, value, 4, "video (T, H, W, 3)"), fps=fps)
+
+
+def _save_image(directory: Path, name: str, value: Any, fps: float) -> None:
+    from PIL import Image
+
+    with atomic_path(directory / f"{name}.png") as tmp:
+        Image.fromarray(_check_array(name, value, 3, "image (H, W, 3)")).save(tmp, format="PNG")
+
+
+def _save_masks(directory: Path, name: str, value: Any, fps: float) -> None:
+    """DAVIS palette PNGs (one per frame) and COCO RLE per (frame, object id) in ``<name>.rle.json``."""
+    from core.masks import rle_encode, write_mask_folder
+
+    maps = _check_array(name, value, 3, "masks (T, H, W) id maps").astype(np.uint8)
+    write_mask_folder(directory / name, maps)
+    rles = [{"frame": t, "id": int(i), "rle": rle_encode(m == i)} for t, m in enumerate(maps) for i in np.unique(m) if i]
+    write_json_atomic(directory / f"{name}.rle.json", {"height": maps.shape[1], "width": maps.shape[2], "annotations": rles})
+
+
+def _save_keypoints(directory: Path, name: str, value: Any, fps: float) -> None:
+    """COCO keypoint JSON: one annotation per frame, ``keypoints`` flattened (x, y, v) in pixels."""
+    from core.keypoints import keypoints_box, to_coco_json
+
+    kps = _check_array(name, value, 3, "keypoints (T, 17, 3)")
+    anns = []
+    for t, kp in enumerate(kps):
+        box = keypoints_box(kp)
+        bbox = [box[0], box[1], box[2] - box[0], box[3] - box[1]] if box else [0, 0, 0, 0]
+        anns.append({"id": t + 1, "image_id": t, "category_id": 1, "keypoints": to_coco_json(kp),
+                     "num_keypoints": int((kp[:, 2] > 0).sum()), "bbox": [float(v) for v in bbox]})
+    write_json_atomic(directory / f"{name}.coco.json", {"annotations": anns, "categories": [{"id": 1, "name": "person"}]})
+
+
+def _save_npy(directory: Path, name: str, value: Any, fps: float) -> None:
+    with atomic_path(directory / f"{name}.npy") as tmp:
+        with open(tmp, "wb") as fh:
+            np.save(fh, np.asarray(value))
+
+
+_SAVERS: dict[str, Callable[[Path, str, Any, float], None]] = {
+    "video": _save_video, "image": _save_image, "masks": _save_masks, "keypoints": _save_keypoints, "npy": _save_npy,
+}
+
+
+def json_safe(value: Any) -> Any:
+    """Arrays to lists, numpy scalars to Python numbers, recursively (for JSON and the web)."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    return value

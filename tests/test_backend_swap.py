@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from app.ask import build_pipeline, load_vlm
+from pipelines.base import clear_caches
+from planners.loading import load_vlm
 from pipelines.gridprobe import GridProbeConfig, GridProbePipeline
 from planners.builtin import BuiltinVisionLanguageModel
 from planners.builtin.vit import ViTConfig
@@ -60,11 +61,11 @@ def test_the_loader_takes_either_backend_from_one_string(builtin_dir, tiny_vlm_d
     import planners.builtin as pb
 
     monkeypatch.setattr(pb, "load_builtin_vlm", lambda device=None: BuiltinVisionLanguageModel.from_pretrained(builtin_dir))
-    load_vlm.cache_clear()
+    clear_caches()
     try:
         for spec, backend in (("builtin", "builtin"), (str(builtin_dir), "builtin"), (str(tiny_vlm_dirs["qwen3-vl"]), "hf")):
-            pipe = build_pipeline(vlm=spec, grid=4, probe_scale=0.5)
+            pipe = GridProbePipeline.build(components={"selector": spec}, config={"grid": 4, "probe_scale": 0.5})
             assert pipe.components["selector"].backend == backend
             assert _run(pipe).answer_text in OPTIONS
     finally:
-        load_vlm.cache_clear()
+        clear_caches()

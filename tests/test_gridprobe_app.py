@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from app.batch import VERBS, run_batch
-from app.cli import BUDGET_RULES, PROMPT_STYLES, TIE_BREAKS, main
+from app.cli import main
+from pipelines.base import clear_caches
 from core.video import write_video
 
 ASK = ["-q", "Which object appears first?", "--options", "a red circle", "a green square", "a blue star"]
@@ -24,11 +25,16 @@ def clip(tmp_path_factory):
     return write_video(tmp_path_factory.mktemp("clip") / "c.mp4", frames, fps=10)
 
 
-def test_cli_choices_mirror_the_pipeline():
+def test_cli_choices_come_from_the_config(capsys):
     from pipelines.gridprobe.pipeline import PROMPT_STYLES as styles
     from pipelines.gridprobe.selection import SELECTORS, TIE_BREAKS as ties
 
-    assert set(BUDGET_RULES) == set(SELECTORS) and TIE_BREAKS == ties and PROMPT_STYLES == styles
+    with pytest.raises(SystemExit):
+        main(["ask", "--help"])
+    text = capsys.readouterr().out
+    for choices in (sorted(SELECTORS), ties, styles):
+        assert "{" + ",".join(choices) + "}" in text.replace(" ", "").replace("\n", "") or all(c in text for c in choices)
+    assert "default 0.5" in text and "range 2..32" in text
 
 
 def test_ask_json_and_saved_output(tiny_vlm_dirs, clip, tmp_path, capsys):
@@ -51,8 +57,8 @@ def test_ask_json_and_saved_output(tiny_vlm_dirs, clip, tmp_path, capsys):
 
 
 def test_ask_from_a_saved_pipeline(tiny_vlm_dirs, clip, tmp_path, capsys):
-    from app.ask import load_vlm
     from pipelines.gridprobe import GridProbeConfig, GridProbePipeline
+    from planners.loading import load_vlm
 
     pipe = GridProbePipeline(GridProbeConfig(grid=2, probe_scale=0.5), selector=load_vlm(str(tiny_vlm_dirs["qwen3-vl"])))
     pipe.save_pretrained(tmp_path / "pipe")
@@ -73,9 +79,7 @@ def test_ask_errors(tiny_vlm_dirs, clip, capsys, monkeypatch):
     assert main(["ask", str(clip) + ".missing", *ASK, "--vlm", vlm]) == 1
     # no builtin VLM installed (simulated): a clear message and exit code 1
     monkeypatch.setitem(sys.modules, "planners.builtin", None)
-    from app.ask import load_vlm
-
-    load_vlm.cache_clear()
+    clear_caches()
     assert main(["ask", str(clip), *ASK]) == 1
     err = capsys.readouterr().err
     assert "builtin VLM is not available" in err and "--vlm PATH" in err and "make weights" in err
@@ -84,7 +88,6 @@ def test_ask_errors(tiny_vlm_dirs, clip, capsys, monkeypatch):
 def test_ask_uses_the_builtin_vlm_by_default(clip, monkeypatch, capsys):
     import types
 
-    from app.ask import load_vlm
     from gridprobe_fakes import FakeVLM, holistic_rule
 
     seen = {}
@@ -94,11 +97,11 @@ def test_ask_uses_the_builtin_vlm_by_default(clip, monkeypatch, capsys):
         return FakeVLM(holistic_rule(1))
 
     monkeypatch.setitem(sys.modules, "planners.builtin", types.SimpleNamespace(load_builtin_vlm=load_builtin_vlm))
-    load_vlm.cache_clear()
+    clear_caches()
     try:
         assert main(["ask", str(clip), *ASK, "--grid", "2", "--device", "cpu", "--json", "--no-progress"]) == 0
     finally:
-        load_vlm.cache_clear()
+        clear_caches()
     res = json.loads(capsys.readouterr().out)
     assert res["answer"] == "B" and res["m_eff"] == 4 and seen == {"device": "cpu"}
 
@@ -119,19 +122,33 @@ def test_batch_verb_ask(tiny_vlm_dirs, clip, tmp_path):
 
 def test_web_tab_builds_and_answers(tiny_vlm_dirs, clip):
     gr = pytest.importorskip("gradio")
-    from app.web import TABS, build_app, gridprobe_answer
+    from app.web import WebSettings, build_app, run_in_web, tabs
+    from pipelines.registry import get_app
 
-    assert "GridProbe QA" in [title for title, _ in TABS]
-    build_app()
-    text, heat, strip, summary = gridprobe_answer(str(clip), "Which?", "x\ny\n\nz\n", 2, 0.5, str(tiny_vlm_dirs["qwen3-vl"]), "")
+    assert "GridProbe QA" in [title for title, _ in tabs()]
+    app = get_app("ask")
+    vlm = str(tiny_vlm_dirs["qwen3-vl"])
+    settings = WebSettings(models=("builtin", vlm))
+    build_app(settings)
+    names = [s.name for s in app.settings()]
+
+    def values(question, options, **changes):
+        chosen = [changes.get(n) for n in names]
+        return (str(clip), question, options, *chosen, vlm, "")
+
+    text, heat, strip, chart, summary = run_in_web(app, settings, values("Which?", "x\ny\n\nz\n", grid=2, probe_scale=0.5))
     assert summary["pool_size"] == 4 and text.startswith("### ") and "TFLOPs" in text
     assert heat.dtype == np.uint8 and heat.ndim == 3 and strip.shape[-1] == 3
-    with pytest.raises(gr.Error, match="2 to 10 options"):
-        gridprobe_answer(str(clip), "Which?", "only one", 2, 1.0, str(tiny_vlm_dirs["qwen3-vl"]), "")
+    assert set(chart) == {"A. x", "B. y", "C. z"} and sum(chart.values()) == pytest.approx(1, abs=1e-5)
+    with pytest.raises(gr.Error, match="options") as e:
+        run_in_web(app, settings, values("Which?", "only one", grid=2))
+    assert str(clip.parent) not in str(e.value)  # no server paths
     with pytest.raises(gr.Error, match="question"):
-        gridprobe_answer(str(clip), " ", "a\nb", 2, 1.0, str(tiny_vlm_dirs["qwen3-vl"]), "")
+        run_in_web(app, settings, values(" ", "a\nb", grid=2))
     with pytest.raises(gr.Error, match="probe_scale"):
-        gridprobe_answer(str(clip), "Which?", "a\nb", 2, 0.0, str(tiny_vlm_dirs["qwen3-vl"]), "")
+        run_in_web(app, settings, values("Which?", "a\nb", grid=2, probe_scale=0.0))
+    with pytest.raises(gr.Error, match="offers"):
+        run_in_web(app, settings, (str(clip), "Which?", "a\nb", *[None] * len(names), "/etc", ""))
 
 
 def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):

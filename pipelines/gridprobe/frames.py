@@ -1,9 +1,7 @@
 """Where GridProbe's frames come from, and how they are resized for the probes and the focused pass.
 
-A *frame source* is anything with ``len()`` and ``get_frames(indices) -> (N, H, W, 3) uint8``:
-``core.video.Video``, a synthetic world wrapped by a benchmark, a test double. GridProbe asks it
-for the K² pool frames in one call and never touches any other frame, so a long video costs K²
-seeks, not a full decode.
+Frame sources follow ``core.frames.FrameSource``; GridProbe asks one for the K² pool frames in one
+call and never touches any other frame, so a long video costs K² seeks, not a full decode.
 """
 
 from __future__ import annotations
@@ -11,25 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
-import cv2
 import numpy as np
 
 from core.errors import InputError
+from core.frames import FrameSource, resize_frames as _resize
 from core.video import Video
-
-
-@runtime_checkable
-class FrameSource(Protocol):
-    """Random access to the frames of a video."""
-
-    def __len__(self) -> int: ...
-
-    def get_frames(self, indices: Sequence[int]) -> np.ndarray:
-        """Frames at ``indices`` (sorted, possibly repeated) as RGB uint8 ``(N, H, W, 3)``."""
-        ...
-
 
 VideoInput = str | Path | np.ndarray | Video | FrameSource
 
@@ -89,19 +74,9 @@ def check_size(name: str, size: tuple[int, int] | None) -> tuple[int, int] | Non
 
 
 def resize_frames(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Resize ``(N, H, W, 3)`` frames to ``size`` with ``cv2.INTER_AREA`` (no copy when unchanged).
-
-    INTER_AREA averages the source pixels under each target pixel, the anti-aliased choice for
-    shrinking, so a low-resolution probe still sees small objects as faint blobs rather than
-    dropping them between samples.
-    """
-    h, w = size
-    if frames.shape[1:3] == (h, w):
-        return frames
-    out = np.empty((len(frames), h, w, 3), np.uint8)
-    for i, frame in enumerate(frames):
-        out[i] = cv2.resize(frame, (w, h), interpolation=cv2.INTER_AREA)
-    return out
+    """``core.frames.resize_frames`` with ``INTER_AREA`` always: GridProbe only shrinks, and its
+    benchmark numbers were measured with that rule."""
+    return _resize(frames, size, "area")
 
 
 def thumbnails(frames: np.ndarray, max_side: int) -> np.ndarray:

@@ -17,39 +17,59 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from core.atomic import atomic_path, write_json_atomic
 from core.errors import InputError
-from pipelines.base import Pipeline, PipelineConfig, PipelineOutput
+from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, json_safe, make_generator, output_field, setting
 from pipelines.gridprobe.frames import (VideoInput, check_scale, check_size, fetch_frames, open_frame_source,
                                         resize_frames, scaled_size, thumbnails)
 from pipelines.gridprobe.grid import GridLayout
 from pipelines.gridprobe.selection import (SELECTORS, TIE_BREAKS, importance_map, select_budget, select_positions,
                                            shape_stats)
-from pipelines.gridprobe.viz import frame_strip, heatmap_image
+from pipelines.gridprobe.viz import frame_labels, frame_strip, heatmap_image, posterior_chart
 from planners.protocol import OPTION_LETTERS, check_options, format_mcq_prompt, peak_posterior
 
 PROMPT_STYLES = ("default", "videomme_v2", "longvideobench")
+VLM_LOADER = "planners.loading:load_vlm"
+MAX_TEXT_CHARS = 2000  # a question or option longer than this is a mistake (a pasted file), not a question
+
+
+@runtime_checkable
+class ProbeModel(Protocol):
+    """What GridProbe needs of a VLM (a slice of ``planners.protocol.VisionLanguageModel``): option
+    posteriors of a pass, and its analytic FLOPs for the compute accounting."""
+
+    def option_posterior(self, frames: np.ndarray, prompt: str, options: Sequence[str], relative_times: Sequence[float] | None = None) -> np.ndarray: ...
+
+    def flops(self, n_frames: int, prompt: str, frame_size: tuple[int, int] | None = None) -> float: ...
+
+
+def memory_budget() -> int:
+    """Bytes a pool may take: half the memory available now (the models and their activations need the rest)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available // 2)
 
 
 @dataclass
 class GridProbeConfig(PipelineConfig):
     """Settings of a GridProbe run; saved in ``pipeline.json`` and beside every output.
 
+    Each field's metadata (help, choices, range) is what ``atelier ask --help``, batch manifests and
+    the web tab show, so a new setting is declared once, here.
+
     Args:
         grid: K, the grid side; the pool holds K² frames and the probes cost 2K passes of K frames.
             Default 12 (the README commands). [PROPOSED] prefer even K: Qwen-VL merges video frames
             in temporal pairs, so an odd K pads every probe with a duplicated last frame (the
             authors only used even K).
-        budget_rule: budget rule: ``skew`` (the paper's shape-adaptive rule) or the reference's
-            ablations ``pr``, ``mean``, ``otsu``.
+        budget_rule: ``skew`` (the paper's shape-adaptive rule) or the reference's ablations
+            ``pr``, ``mean``, ``otsu``.
         gamma: γ of the ``skew`` rule (scale of S) and the sharpening exponent of ``pr``. Default
             3.0: the value behind the paper's worked examples (the README's 0.25 is never used by
             the released code; see ``pipelines.gridprobe.selection``).
@@ -57,40 +77,37 @@ class GridProbeConfig(PipelineConfig):
         tie_break: ``stable`` (the reference ranking) or ``spread`` (tied cells evenly over time;
             our extension).
         probe_scale / probe_size: probe resolution, a fraction of the source side or an explicit
-            ``(H, W)``. [DEFAULT 1.0] as in the README runs; the cross-model script probes at 224².
+            ``(H, W)``. Default 0.5: the measured Pareto point (docs/BENCHMARKS.md: at 1/2 the
+            builtin model gains accuracy at 1.89x less compute than full-frame, while full-size
+            probes cost more than the full-frame pass itself); the paper's README runs use 1.0.
         focus_scale / focus_size: the focused pass's resolution (default: full size).
         prompt_style: ``default`` (lmms-eval wording), ``videomme_v2`` or ``longvideobench`` (spec B.7).
         thumbnail_side: long side of the chosen frames kept in the output for inspection. [DEFAULT 256]
     """
 
-    grid: int = 12
-    budget_rule: str = "skew"
-    gamma: float = 3.0
-    min_frames: int = 2
-    max_frames: int | None = None
-    tie_break: str = "stable"
-    probe_scale: float = 1.0
-    probe_size: tuple[int, int] | None = None
-    focus_scale: float = 1.0
-    focus_size: tuple[int, int] | None = None
-    prompt_style: str = "default"
-    thumbnail_side: int = 256
+    grid: int = setting(12, help="grid side K: K² frames in the pool, 2K probes", range=(2, 32), flag="-K")
+    budget_rule: str = setting("skew", help="how many frames the focused pass gets ('skew' is the paper's rule)", choices=tuple(SELECTORS))
+    gamma: float = setting(3.0, help="gamma of the budget rule", range=(1e-6, 100.0))
+    min_frames: int = setting(2, help="fewest frames for the focused pass", range=(1, None))
+    max_frames: int | None = setting(None, help="most frames for the focused pass (default K²)", range=(1, None))
+    tie_break: str = setting("stable", help="order of equally important frames ('stable' is the reference's)", choices=TIE_BREAKS)
+    probe_scale: float = setting(0.5, help="probe resolution as a fraction of the source side, in (0, 1]", range=(1e-3, 1.0))
+    probe_size: tuple[int, int] | None = setting(None, help="probe size (H, W) in pixels; overrides probe_scale")
+    focus_scale: float = setting(1.0, help="focused-pass resolution as a fraction of the source side", range=(1e-3, 1.0))
+    focus_size: tuple[int, int] | None = setting(None, help="focused-pass size (H, W) in pixels; overrides focus_scale")
+    prompt_style: str = setting("default", help="MCQ prompt wording (default: lmms-eval's)", choices=PROMPT_STYLES)
+    thumbnail_side: int = setting(256, help="long side in pixels of the chosen frames kept in the output", range=(8, 4096))
 
     def __post_init__(self):
         # pipeline.json stores tuples as lists
-        self.probe_size = tuple(self.probe_size) if self.probe_size is not None else None
-        self.focus_size = tuple(self.focus_size) if self.focus_size is not None else None
+        self.probe_size = tuple(self.probe_size) if isinstance(self.probe_size, list) else self.probe_size
+        self.focus_size = tuple(self.focus_size) if isinstance(self.focus_size, list) else self.focus_size
         self.validate()
 
     def validate(self) -> None:
         """Raise ``InputError`` naming the first bad field."""
         layout = GridLayout(self.grid)
-        if self.budget_rule not in SELECTORS:
-            raise InputError("budget_rule", self.budget_rule, f"choose one of {sorted(SELECTORS)} ('skew' is the paper's rule)")
-        if self.tie_break not in TIE_BREAKS:
-            raise InputError("tie_break", self.tie_break, f"choose one of {TIE_BREAKS}")
-        if self.prompt_style not in PROMPT_STYLES:
-            raise InputError("prompt_style", self.prompt_style, f"choose one of {PROMPT_STYLES}")
+        self.check_fields()
         # the budget helpers own the gamma / min_frames / max_frames rules: ask them on a flat map
         select_budget(self.budget_rule, np.ones(layout.size), self.gamma, self.min_frames, self.max_frames)
         check_scale("probe_scale", self.probe_scale)
@@ -113,6 +130,7 @@ class Pool:
     indices: list[int]
     frames: np.ndarray
     seconds: float = 0.0
+    fps: float | None = None
     passes: dict = field(default_factory=dict, repr=False)
 
     def relative_times(self, positions: Sequence[int]) -> np.ndarray:
@@ -152,15 +170,18 @@ class ProbeResult:
         return mean - np.logaddexp.reduce(mean)
 
 
-@dataclass
+@dataclass(repr=False)
 class GridProbeOutput(PipelineOutput):
     """One answered question.
 
     ``frames`` are source-video indices (chronological); ``positions`` the same frames as pool
-    positions (row-major cells). ``posterior`` holds the focused pass's option probabilities.
-    ``tflops`` has ``probe``, ``focus``, ``total``, ``full_frame`` (one pass on all K² frames at
-    focus resolution) and ``reduction`` (= full_frame / total); ``seconds`` has ``load`` (frame
-    fetch), ``probe``, ``focus`` and ``total`` wall time.
+    positions (row-major cells); ``frame_times`` their times in seconds when the source has a frame
+    rate. ``posterior`` holds the focused pass's option probabilities. ``tflops`` has ``probe``,
+    ``focus``, ``total``, ``full_frame`` (one pass on all K² frames at focus resolution) and
+    ``reduction`` (= full_frame / total: above 1 saves compute, below 1 costs more); ``seconds`` has
+    ``load`` (frame fetch), ``probe``, ``focus`` and ``total`` wall time. ``print(output)`` reads
+    like ``atelier ask``; ``save(dir)`` writes result.json, config.json, importance_map.png,
+    selected_frames.png and posterior.png.
     """
 
     question: str
@@ -183,12 +204,8 @@ class GridProbeOutput(PipelineOutput):
     ensemble_posterior: np.ndarray
     tflops: dict
     seconds: dict
-    frame_images: np.ndarray | None = field(default=None, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every field but the pixels, JSON-safe."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("frame_images", "config")}
-        return json_safe(out)
+    frame_times: list[float] | None = None
+    frame_images: np.ndarray | None = output_field("none", default=None)
 
     def heatmap(self) -> np.ndarray:
         """The importance map with the chosen cells outlined, as an RGB image."""
@@ -196,39 +213,62 @@ class GridProbeOutput(PipelineOutput):
         return heatmap_image(self.importance_map, self.positions, caption=f"{K}x{K} map, M_eff={self.m_eff}")
 
     def strip(self) -> np.ndarray | None:
-        """The chosen frames as one labelled image (None when the output kept no pixels)."""
+        """The chosen frames as one image, each labelled with its index and, when known, its time
+        (``#412  13.7 s``); None when the output kept no pixels."""
         if self.frame_images is None or len(self.frame_images) == 0:
             return None
-        return frame_strip(self.frame_images, [f"#{i}" for i in self.frames])
+        return frame_strip(self.frame_images, frame_labels(self.frames, getattr(self, "frame_times", None)))
 
-    def save(self, directory: str | Path, fps: float | None = None) -> Path:
-        """Write ``result.json``, ``config.json``, ``importance_map.png`` and ``selected_frames.png``."""
-        from PIL import Image
+    def posterior_image(self) -> np.ndarray:
+        """The focused pass's option probabilities as a bar chart, the answer's bar highlighted."""
+        return posterior_chart(self.options, self.posterior, self.answer_index)
 
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(directory / "result.json", self.to_dict())
-        if self.config is not None:
-            write_json_atomic(directory / "config.json", self.config)
-        images = {"importance_map.png": self.heatmap(), "selected_frames.png": self.strip()}
-        for name, image in images.items():
-            if image is not None:
-                with atomic_path(directory / name) as tmp:
-                    Image.fromarray(image).save(tmp, format="PNG")
-        return directory
+    def pictures(self) -> dict[str, np.ndarray | None]:
+        return {"importance_map": self.heatmap(), "selected_frames": self.strip(), "posterior": self.posterior_image()}
+
+    def summary(self) -> dict[str, Any]:
+        """What a user reads: the answer, its posterior, the chosen frames and the compute against full-frame."""
+        letters = OPTION_LETTERS[: len(self.options)]
+        return {
+            "question": self.question, "answer": self.answer, "answer_text": self.answer_text,
+            "posterior": {L: round(float(p), 6) for L, p in zip(letters, self.posterior)},
+            "m_eff": int(self.m_eff), "pool_size": len(self.pool), "frames": [int(i) for i in self.frames],
+            "frame_times": None if self.frame_times is None else [round(float(t), 3) for t in self.frame_times],
+            "ensemble_answer": self.ensemble_answer,
+            "tflops": {k: float(v) for k, v in self.tflops.items()},
+            "seconds": {k: round(float(v), 4) for k, v in self.seconds.items()},
+        }  # fmt: skip
+
+    def __str__(self) -> str:
+        return format_summary(self.summary())
 
 
-def json_safe(value: Any) -> Any:
-    """Arrays to lists, numpy scalars to Python numbers, recursively (for JSON and the web)."""
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+def compute_phrase(reduction: float) -> str:
+    """``1.89x less`` / ``1.25x more`` / ``the same``: a ratio read the way it is meant."""
+    if not np.isfinite(reduction):
+        return "ratio unknown"
+    if abs(reduction - 1) < 0.005:
+        return "about the same"
+    return f"{reduction:.2f}x less" if reduction > 1 else f"{1 / reduction:.2f}x more"
+
+
+def format_summary(s: dict) -> str:
+    """The human-readable form of ``GridProbeOutput.summary()``."""
+    t = s["tflops"]
+    post = " | ".join(f"{L} {p:.3f}" for L, p in s["posterior"].items())
+    times = f" at {', '.join(f'{x:.1f}' for x in s['frame_times'])} s" if s.get("frame_times") else ""
+    lines = [
+        f"answer: {s['answer']}. {s['answer_text']}  (p = {s['posterior'][s['answer']]:.3f})",
+        f"posterior: {post}",
+        f"frames: {s['m_eff']} of {s['pool_size']} (M_eff) -> {s['frames']}{times}",
+        f"compute: {t['total']:.4g} TFLOPs (probes {t['probe']:.4g} + focus {t['focus']:.4g}) vs full-frame "
+        f"{t['full_frame']:.4g} TFLOPs: {compute_phrase(t['reduction'])}",
+        f"probe ensemble answer: {s['ensemble_answer']}",
+        f"time: {s['seconds']['total']:.2f} s (probes {s['seconds']['probe']:.2f} s, focus {s['seconds']['focus']:.2f} s)",
+    ]
+    if s.get("files"):
+        lines.append("saved: " + ", ".join(s["files"].values()))
+    return "\n".join(lines)
 
 
 class GridProbePipeline(Pipeline):
@@ -245,8 +285,10 @@ class GridProbePipeline(Pipeline):
         >>> out.answer, out.m_eff, out.tflops["reduction"]
     """
 
-    component_names = ("selector", "answerer")
-    optional_components = ("answerer",)
+    component_specs = {
+        "selector": ComponentSpec(ProbeModel, VLM_LOADER, help="VLM for the 2K probes"),
+        "answerer": ComponentSpec(ProbeModel, VLM_LOADER, optional=True, help="VLM for the focused pass (default: the selector)"),
+    }
     config_class = GridProbeConfig
 
     def __init__(self, config: GridProbeConfig | None = None, *, selector: Any, answerer: Any | None = None):
@@ -269,11 +311,19 @@ class GridProbePipeline(Pipeline):
         """Validate the question, the options and the config before any frame is read."""
         if not isinstance(question, str) or not question.strip():
             raise InputError("question", question, "pass the question as a non-empty string")
-        if isinstance(options, str) or not 2 <= len(options) <= len(OPTION_LETTERS):
+        if len(question) > MAX_TEXT_CHARS:
+            raise InputError("question", f"{len(question)} characters", f"keep it under {MAX_TEXT_CHARS} characters (it would not fit a model's prompt)")
+        if isinstance(options, str) or not hasattr(options, "__len__") or not 2 <= len(options) <= len(OPTION_LETTERS):
             raise InputError("options", options, f"pass a list of 2 to {len(OPTION_LETTERS)} option texts")
         for i, opt in enumerate(options):
             if not isinstance(opt, str) or not opt.strip():
                 raise InputError(f"options[{i}]", opt, "every option is a non-empty string")
+            if len(opt) > MAX_TEXT_CHARS:
+                raise InputError(f"options[{i}]", f"{len(opt)} characters", f"keep each option under {MAX_TEXT_CHARS} characters")
+        seen = [o.strip().casefold() for o in options]
+        dupes = sorted({o for o in options if seen.count(o.strip().casefold()) > 1})
+        if dupes:
+            raise InputError("options", dupes, "each option must differ from the others; remove the duplicates")
         self.config.validate()
         if self.selector is None:
             raise InputError("selector", None, "GridProbe needs a selector VLM")
@@ -293,11 +343,26 @@ class GridProbePipeline(Pipeline):
             if total < 1:
                 raise InputError("video", f"{total} frames", "the video has no frames")
             indices = self.layout.pool_indices(total)
+            self.check_pool_memory(source, len(indices))
             frames = fetch_frames(source, indices)
+            fps = getattr(source, "fps", None)
         finally:
             if owned:
                 source.close()
-        return Pool(indices, frames, time.perf_counter() - t0)
+        fps = float(fps) if isinstance(fps, (int, float)) and fps > 0 else None
+        return Pool(indices, frames, time.perf_counter() - t0, fps=fps)
+
+    def check_pool_memory(self, source: Any, n: int) -> None:
+        """Refuse a pool whose frames would not fit in memory, before decoding any (K² frames at
+        source size; a 4K video at K = 32 needs ~25 GB). Sources without a known ``size`` pass."""
+        size = getattr(source, "size", None)
+        if not (isinstance(size, tuple) and len(size) == 2):
+            return
+        need = n * int(size[0]) * int(size[1]) * 3
+        budget = memory_budget()
+        if need > budget:
+            raise InputError("grid", self.config.grid, f"the pool of {n} frames at {size[0]}x{size[1]} needs {need / 2**30:.1f} GiB, "
+                                                       f"more than the {budget / 2**30:.1f} GiB this run may use; use a smaller --grid")
 
     def probe_size(self, pool: Pool, scale: float | None = None) -> tuple[int, int]:
         """The probes' ``(H, W)``: ``probe_size`` if set, else the source size times ``scale`` (default ``probe_scale``)."""
@@ -312,16 +377,20 @@ class GridProbePipeline(Pipeline):
 
     # ---- stage 1: probes -----------------------------------------------------------------------
 
-    def run_probes(self, pool: Pool, prompt: str, options: Sequence[str], scale: float | None = None) -> ProbeResult:
-        """The 2K posterior probes through the selector (rows first, then columns, as the reference)."""
+    def run_probes(self, pool: Pool, prompt: str, options: Sequence[str], scale: float | None = None,
+                   callback: Callable | None = None) -> ProbeResult:
+        """The 2K posterior probes through the selector (rows first, then columns, as the reference);
+        ``callback(pipe, step, info)`` after each."""
         t0 = time.perf_counter()
         size = self.probe_size(pool, scale)
         frames = resize_frames(pool.frames, size)
         logps, flops = [], 0.0
         probes = self.layout.probes()
-        for probe in self.progress_bar(probes, total=len(probes), desc="GridProbe probes"):
+        for step, probe in enumerate(self.progress_bar(probes, total=len(probes), desc="GridProbe probes")):
             logps.append(np.asarray(self.selector.option_posterior(frames[list(probe.positions)], prompt, options, relative_times=pool.relative_times(probe.positions))))
             flops += float(self.selector.flops(len(probe.positions), prompt, size))
+            self.step_end(callback, step, {"stage": "probe", "axis": probe.axis, "index": probe.index, "total_steps": len(probes),
+                                           "peak_posterior": peak_posterior(logps[-1])})
         K = self.config.grid
         return ProbeResult(np.stack(logps[:K]), np.stack(logps[K:]), size, flops, time.perf_counter() - t0)
 
@@ -359,18 +428,26 @@ class GridProbePipeline(Pipeline):
 
     @torch.no_grad()
     def __call__(self, video: VideoInput, question: str, options: Sequence[str], *, subtitles: str | None = None,
-                 output_frames: bool = True) -> GridProbeOutput:
+                 output_frames: bool = True, generator: torch.Generator | int | None = None,
+                 callback_on_step_end: Callable | None = None, output_type: str = "np") -> GridProbeOutput:
         """Answer ``question`` about ``video`` (a path, ``Video``, uint8 array or frame source).
 
         ``subtitles`` go into the prompt for the benchmark prompt styles. ``output_frames=False``
-        leaves ``frame_images`` empty (batch runs that only need the answer).
+        leaves ``frame_images`` empty (batch runs that only need the answer). GridProbe draws no
+        random numbers: ``generator`` is accepted for the shared call contract and checked, and the
+        answer is the same for any. ``callback_on_step_end(pipe, step, info)`` runs after each of
+        the 2K probes; ``pipe.interrupt()`` stops at the next one. ``output_type``: ``np``, ``pil``
+        or ``pt`` for the kept frames.
         """
+        self._begin_call()
+        make_generator(generator)
         self.check_inputs(question, options)
         t0 = time.perf_counter()
         prompt = self.prompt(question, options, subtitles)
         pool = self.load_pool(video)
-        probe = self.run_probes(pool, prompt, options)
-        return self.finish(pool, probe, question, options, prompt, output_frames=output_frames, started=t0)
+        probe = self.run_probes(pool, prompt, options, callback=callback_on_step_end)
+        out = self.finish(pool, probe, question, options, prompt, output_frames=output_frames, started=t0)
+        return out.convert(output_type)
 
     def finish(self, pool: Pool, probe: ProbeResult, question: str, options: Sequence[str], prompt: str, *,
                output_frames: bool = True, started: float | None = None) -> GridProbeOutput:
@@ -394,6 +471,7 @@ class GridProbePipeline(Pipeline):
             row_pred=[letters[int(i)] for i in probe.row_logp.argmax(axis=1)],
             col_pred=[letters[int(i)] for i in probe.col_logp.argmax(axis=1)],
             m_eff=m_eff, frames=[pool.indices[p] for p in positions], positions=positions, pool=list(pool.indices),
+            frame_times=None if pool.fps is None else [pool.indices[p] / pool.fps for p in positions],
             shape=dataclasses.asdict(shape_stats(importance)),
             ensemble_answer=letters[int(np.argmax(ensemble))], ensemble_posterior=np.exp(ensemble),
             tflops={"probe": probe.flops / 1e12, "focus": focus_flops / 1e12, "total": total / 1e12,
@@ -403,4 +481,4 @@ class GridProbePipeline(Pipeline):
         )  # fmt: skip
 
 
-__all__ = ["GridProbeConfig", "GridProbeOutput", "GridProbePipeline", "Pool", "ProbeResult", "json_safe"]
+__all__ = ["GridProbeConfig", "GridProbeOutput", "GridProbePipeline", "Pool", "ProbeResult", "json_safe", "format_summary", "compute_phrase"]

@@ -1,0 +1,38 @@
+"""Example inputs for the web tabs: synthetic clips the built-in models know, made on first use.
+
+The app (not the pipelines) owns these because they come from ``worldgen``, which pipelines never
+see. Clips are written once per process into a temporary folder.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+@functools.lru_cache(maxsize=1)
+def _folder() -> Path:
+    return Path(tempfile.mkdtemp(prefix="atelier-examples-"))
+
+
+@functools.lru_cache(maxsize=1)
+def gridprobe_examples() -> list[list]:
+    """Three held-out long-video questions (needle, counting, order), each with its 1,000-frame clip."""
+    from core.video import write_video
+    from worldgen.tasks import longqa
+    from worldgen.tasks.base import split_seed
+
+    rows = []
+    for i, kind in enumerate(("needle", "counting", "order")):
+        sample = longqa.generate(split_seed("test", 7, i), longqa.Config(level=1, kind=kind))
+        world, rec = sample.worlds["video"], sample.record
+        clip = _folder() / f"longqa_{kind}.mp4"
+        if not clip.exists():
+            write_video(clip, (world.render(t, annotations=False).rgb for t in range(world.num_frames)), fps=world.fps)
+        rows.append([str(clip), rec["question"], "\n".join(rec["options"])])
+    return rows
+
+
+EXAMPLES: dict[str, Callable[[], list[list]]] = {"ask": gridprobe_examples}

@@ -1,0 +1,40 @@
+"""Running a registered pipeline: the one code path behind its CLI verb, its batch verb and its web tab.
+
+``run_app(app, args)`` takes the flat arguments a manifest line or a form holds (inputs, settings,
+component overrides, run options), checks the output folder before any compute, builds the
+pipeline (``Pipeline.build``: a saved directory and/or model specs, loaded once per process), runs
+it with a generator seeded from ``seed`` and returns the output and its JSON-safe summary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from core.paths import check_output_dir
+from pipelines.registry import PipelineApp
+
+
+def build(app: PipelineApp, components: dict, options: dict, config: dict):
+    """The pipeline an app call runs (components by name: an instance, a folder, a cache id or None)."""
+    return app.pipeline_class.build(options.get("pipeline"), device=options.get("device"), dtype=options.get("dtype"),
+                                    trust_remote_code=bool(options.get("trust_remote_code", False)),
+                                    components=components, config=config, defaults=app.defaults)
+
+
+def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | None = None, callback: Any = None):
+    """Run ``app`` on ``args``; with ``out_dir``, save the output there. Returns ``(output, summary)``."""
+    from pipelines.base import make_generator
+
+    inputs, config, components, options = app.split_args(args)
+    generator = make_generator(options.get("seed"))  # a bad seed fails before anything loads
+    if out_dir is not None:
+        out_dir = check_output_dir(out_dir, "--out")
+    pipe = build(app, components, options, config)
+    pipe.set_progress_bar_config(disable=not options.get("progress", True))
+    out = app.run(pipe, inputs, generator=generator, callback=callback)
+    summary = app.summarize(out)
+    if out_dir is not None:
+        out.save(out_dir)
+        summary["files"] = out.files(out_dir)
+    return out, summary

@@ -1,0 +1,206 @@
+"""The app registry: each pipeline package exposes one ``PipelineApp``; ``atelier``'s verbs, the batch
+verb table and the web tabs are all built from ``apps()``.
+
+A ``PipelineApp`` says what a user gives (``inputs``), which pipeline runs (its config dataclass's
+fields, declared with ``pipelines.base.setting``, become the settings of every interface), how to
+call it and how to summarise its output. Adding a pipeline is one package plus one line in
+``PIPELINE_APPS``; adding a setting is one config field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.errors import InputError
+
+# verb -> "module:attribute" of its PipelineApp; imported on first use so `atelier --help` stays fast
+PIPELINE_APPS: dict[str, str] = {
+    "ask": "pipelines.gridprobe.app:APP",
+}
+
+INPUT_KINDS = ("video", "image", "text", "texts")
+
+
+@dataclass(frozen=True)
+class Input:
+    """One thing the user gives a pipeline call (not a setting): a video, an image, a text or a list of texts.
+
+    ``flag``: the CLI option (e.g. ``-q``) besides ``--<name>``; None makes it a positional argument.
+    """
+
+    name: str
+    help: str
+    kind: str = "text"
+    flag: str | None = None
+    required: bool = True
+
+    def __post_init__(self):
+        if self.kind not in INPUT_KINDS:
+            raise InputError("kind", self.kind, f"choose one of {INPUT_KINDS}")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A config field as the interfaces see it: its Python type, default, help, choices and range."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple | None = None
+    range: tuple | None = None
+    flag: str | None = None
+    optional: bool = False  # None is a valid value ("use the pipeline's rule")
+    pair: bool = False  # a (H, W) pair of ints
+
+    def parse(self, value: Any) -> Any:
+        """A value from a manifest or a web form, checked and converted (the config validates further)."""
+        if value is None or (isinstance(value, str) and not value.strip() and self.optional):
+            return None
+        if self.pair:
+            parts = value.replace(",", " ").split() if isinstance(value, str) else value
+            try:
+                h, w = (int(v) for v in parts)
+            except (TypeError, ValueError):
+                raise InputError(self.name, value, "pass two integers: height width") from None
+            return (h, w)
+        if self.type is bool:
+            if isinstance(value, bool):
+                return value
+            raise InputError(self.name, value, "pass true or false")
+        if self.type in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise InputError(self.name, value, f"pass a number ({self.type.__name__})")
+            try:
+                number = float(value) if self.type is float else _as_int(value)
+            except ValueError:
+                raise InputError(self.name, value, f"pass a number ({self.type.__name__})") from None
+            return number
+        if not isinstance(value, str):
+            raise InputError(self.name, value, "pass a string")
+        return value
+
+
+def _as_int(value: Any) -> int:
+    number = float(value)
+    if not number.is_integer():
+        raise ValueError(value)
+    return int(number)
+
+
+@dataclass(frozen=True)
+class PipelineApp:
+    """One pipeline as the CLI, the batch runner and the web app reach it.
+
+    ``run(pipe, inputs, generator, callback)`` calls the pipeline; ``summarize(output)`` gives the
+    JSON-safe dict printed with ``--json``, ``format(summary)`` the human text. ``components`` maps a
+    component slot to its CLI option name (``selector`` -> ``vlm`` gives ``--vlm``); ``defaults``
+    names what each slot loads when no saved pipeline is given. The ``web_*`` fields shape the tab:
+    ``web_present(output, summary)`` returns the values of ``web_outputs`` (``(kind, label)`` pairs,
+    kinds ``markdown``, ``image``, ``label``, ``json``, ``video``), ``web_examples()`` example input
+    rows (created on first use), ``web_check(inputs, settings)`` warnings shown before the run.
+    """
+
+    verb: str
+    name: str
+    pipeline: str  # "module:Class", imported lazily
+    help: str
+    description: str
+    inputs: tuple[Input, ...]
+    run: Callable[..., Any]
+    summarize: Callable[[Any], dict]
+    format: Callable[[dict], str]
+    components: dict[str, str] = field(default_factory=dict)
+    defaults: dict[str, str] = field(default_factory=dict)
+    examples: str = ""
+    saved_files: str = ""
+    web_title: str = ""
+    web_note: str = ""
+    web_outputs: tuple[tuple[str, str], ...] = ()
+    web_present: Callable[[Any, dict], tuple] | None = None
+    web_examples: Callable[[], list[list]] | None = None
+    web_check: Callable[[dict, dict], list[str]] | None = None
+
+    @property
+    def pipeline_class(self) -> type:
+        module, _, name = self.pipeline.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def settings(self) -> list[Setting]:
+        """The pipeline config's fields that carry a ``help`` (every field declared with ``setting``)."""
+        config_class = self.pipeline_class.config_class
+        hints = typing.get_type_hints(config_class)
+        out = []
+        for f in dataclasses.fields(config_class):
+            if "help" not in f.metadata:
+                continue
+            kind, optional, pair = _field_type(hints[f.name])
+            default = f.default if f.default is not dataclasses.MISSING else None
+            out.append(Setting(f.name, kind, default, f.metadata["help"], f.metadata.get("choices"), f.metadata.get("range"),
+                               f.metadata.get("flag"), optional, pair))
+        return out
+
+    def split_args(self, args: dict[str, Any]) -> tuple[dict, dict, dict, dict]:
+        """A manifest's / form's flat ``args`` -> (inputs, settings, components, run options), with
+        unknown names refused and values parsed."""
+        names_in = {i.name for i in self.inputs}
+        settings = {s.name: s for s in self.settings()}
+        comp = {flag: slot for slot, flag in self.components.items()}
+        inputs, config, components, options = {}, {}, {}, {}
+        for key, value in args.items():
+            if key in names_in:
+                inputs[key] = value
+            elif key in settings:
+                config[key] = settings[key].parse(value)
+            elif key in comp or key in self.components:
+                components[comp.get(key, key)] = value
+            elif key in RUN_OPTIONS:
+                options[key] = value
+            else:
+                known = sorted([*names_in, *settings, *comp, *RUN_OPTIONS])
+                raise InputError(f"{self.verb} argument {key!r}", value, f"known arguments: {known}")
+        missing = [i.name for i in self.inputs if i.required and inputs.get(i.name) in (None, "", [])]
+        if missing:
+            raise InputError(f"{self.verb} arguments", sorted(args), f"missing {missing}")
+        return inputs, config, components, options
+
+
+# options every pipeline verb takes besides its inputs, settings and components
+RUN_OPTIONS = ("pipeline", "device", "dtype", "seed", "progress", "trust_remote_code")
+
+
+def _field_type(hint: Any) -> tuple[type, bool, bool]:
+    """``(base type, None allowed, is an (H, W) pair)`` of a config field's annotation."""
+    args = typing.get_args(hint)
+    optional = type(None) in args
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(a for a in args if a is not type(None))
+    if typing.get_origin(hint) is tuple:
+        return int, optional, True
+    if hint not in (int, float, str, bool):
+        raise InputError("setting type", hint, "settings are int, float, str, bool, an (int, int) pair, or Optional of these")
+    return hint, optional, False
+
+
+def apps() -> dict[str, PipelineApp]:
+    """Every registered ``PipelineApp`` by verb (imports each pipeline's app module)."""
+    out = {}
+    for verb, target in PIPELINE_APPS.items():
+        module, _, attr = target.partition(":")
+        out[verb] = getattr(importlib.import_module(module), attr)
+    return out
+
+
+def get_app(verb: str) -> PipelineApp:
+    if verb not in PIPELINE_APPS:
+        raise InputError("verb", verb, f"pipeline verbs are {sorted(PIPELINE_APPS)}")
+    return apps()[verb]
+
+
+__all__ = ["PipelineApp", "Input", "Setting", "PIPELINE_APPS", "RUN_OPTIONS", "apps", "get_app"]
