@@ -15,6 +15,17 @@ from core.paths import check_output_dir
 from pipelines.registry import PipelineApp
 
 
+def check_media(app: PipelineApp, inputs: dict) -> None:
+    """Open every video input given as a path once, so a bad file fails before a model loads."""
+    from core.video import Video
+
+    for i in app.inputs:
+        value = inputs.get(i.name)
+        if i.kind == "video" and isinstance(value, (str, Path)):
+            with Video(value):
+                pass
+
+
 def build(app: PipelineApp, components: dict, options: dict, config: dict):
     """The pipeline an app call runs (components by name: an instance, a folder, a cache id or None)."""
     return app.pipeline_class.build(options.get("pipeline"), device=options.get("device"), dtype=options.get("dtype"),
@@ -28,6 +39,7 @@ def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | Non
 
     inputs, config, components, options = app.split_args(args)
     generator = make_generator(options.get("seed"))  # a bad seed fails before anything loads
+    check_media(app, inputs)
     if out_dir is not None:
         out_dir = check_output_dir(out_dir, "--out")
     pipe = build(app, components, options, config)

@@ -13,8 +13,9 @@ Methods (``pipelines.gridprobe.baselines``): GridProbe and the probe ensemble pe
 full-frame, uniform-M (fixed budget), and uniform / random / encoder-similarity at GridProbe's
 M_eff. One pool fetch and one probe run per (question, K, probe scale) feed every method.
 
-Per-question rows are appended to ``rows.jsonl`` as they finish, so an interrupted run resumes
-where it stopped (same arguments), and ``--start`` shards split one benchmark over processes.
+Per-question rows are appended to ``rows.jsonl`` as they finish (``benchmarks.common.RowLog``), so
+an interrupted run resumes where it stopped (with other arguments it is refused), and ``--start``
+shards split one benchmark over processes.
 Writes ``results.json`` (every per-question row and the summary), ``results.md`` (accuracy with
 Wilson 95% intervals, mean TFLOPs, ratio to full-frame, per-kind and per-level accuracy, the
 Spearman correlation between M_eff and difficulty level) and ``pareto.png`` (accuracy vs TFLOPs).
@@ -29,12 +30,13 @@ import logging
 import platform
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-from core.atomic import atomic_path, write_text_atomic
+from benchmarks.common import (ArgumentsDiffer, RowLog, accuracy_cell, add_shard_arguments, comma_floats, comma_ints,
+                               command_line, group_rows, in_range, markdown_table, merge_header, merge_rows,
+                               paired_bootstrap, paired_cell, pareto_plot, spearman, write_results)
 
 logger = logging.getLogger("benchmarks.gridprobe")
 
@@ -52,33 +54,21 @@ class WorldFrames:
         return np.stack([self.world.render(int(t), annotations=False).rgb for t in indices])
 
 
-def spearman(x, y) -> float:
-    """Spearman rank correlation with average ranks for ties; NaN when either side is constant."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
-        return float("nan")
-    return float(np.corrcoef(_ranks(x), _ranks(y))[0, 1])
-
-
-def _ranks(v: np.ndarray) -> np.ndarray:
-    order = np.argsort(v, kind="stable")
-    ranks = np.empty(len(v))
-    ranks[order] = np.arange(len(v), dtype=np.float64)
-    for value in np.unique(v):  # ties share their mean rank
-        tied = v == value
-        ranks[tied] = ranks[tied].mean()
-    return ranks
-
-
 # ---------------------------------------------------------------------------------- running
 
 
 def load_pipeline(args):
-    from app.ask import build_pipeline
+    from pipelines.gridprobe import GridProbePipeline
 
-    pipe = build_pipeline(vlm=args.vlm, answerer=args.answerer, device=args.device, dtype=args.dtype)
+    pipe = GridProbePipeline.build(device=args.device, dtype=args.dtype, components={"selector": args.vlm or "builtin", "answerer": args.answerer})
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+# the arguments that decide a row: a folder never mixes two settings (resume checks them)
+HEADER_KEYS = ("vlm", "answerer", "grids", "probe_scales", "levels", "max_options", "fixed_budget", "seed", "device", "dtype")
+# those merged shards must share (K and the probe scale are in every row, so shards may split them)
+MERGE_KEYS = ("vlm", "answerer", "levels", "max_options", "fixed_budget", "seed")
 
 
 def run(args) -> list[dict]:
@@ -86,14 +76,11 @@ def run(args) -> list[dict]:
     from worldgen.tasks import longqa
     from worldgen.tasks.base import split_seed
 
+    log = RowLog(args.out, {"benchmark": "gridprobe", **{k: getattr(args, k) for k in HEADER_KEYS}})
+    items = range(args.start, args.start + args.n)
     pipe = load_pipeline(args)
     base = pipe.config
-    log = Path(args.out) / "rows.jsonl"
-    rows = read_rows([Path(args.out)])
-    done = {r["item"] for r in rows}
-    for i in range(args.start, args.start + args.n):
-        if i in done:
-            continue
+    for i in log.todo(items):
         item_rows = []
         level = args.levels[i % len(args.levels)]
         seed = split_seed("test", args.seed, i)
@@ -120,10 +107,8 @@ def run(args) -> list[dict]:
                         time.perf_counter() - t0,
                         " ".join(f"{'ok' if r.answer_index == rec['answer_index'] else 'xx'}(M={r.m_eff})"
                                  for r in cmp.results if r.method == "gridprobe"))
-        with log.open("a") as f:  # one line per row, a whole item at a time: a resumed run redoes at most one item
-            f.write("".join(json.dumps(r, default=_plain) + "\n" for r in item_rows))
-        rows += item_rows
-    return [r for r in rows if args.start <= r["item"] < args.start + args.n]
+        log.append(item_rows)  # a whole item at a time: a resumed run redoes at most one item
+    return log.select(items)
 
 
 def _fewer_options(rec: dict, n: int) -> dict:
@@ -135,27 +120,11 @@ def _fewer_options(rec: dict, n: int) -> dict:
     return {**rec, "options": keep, "answer_index": keep.index(rec["answer"])}
 
 
-def _plain(o):
-    return o.item() if hasattr(o, "item") else str(o)  # numpy scalars -> Python
-
-
 def read_rows(dirs: list[Path]) -> list[dict]:
-    """Rows from the ``rows.jsonl`` of each directory (later duplicates of an (item, K, label) are dropped)."""
-    rows, seen = [], set()
-    for d in dirs:
-        path = d / "rows.jsonl"
-        if not path.is_file():
-            continue
-        for line in path.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a kill
-                continue
-            key = (r["item"], r["K"], r["label"])
-            if key not in seen:
-                seen.add(key)
-                rows.append(r)
-    return rows
+    """Rows from the ``rows.jsonl`` of each directory (later duplicates of an (item, K, label) are dropped:
+    shards may run other K values or probe scales on the same questions); ``ArgumentsDiffer`` when their
+    headers disagree on ``MERGE_KEYS``."""
+    return merge_rows(dirs, agree=MERGE_KEYS, row_key=lambda r: (r["item"], r["K"], r["label"]))
 
 
 # ---------------------------------------------------------------------------------- summarising
@@ -164,9 +133,7 @@ def read_rows(dirs: list[Path]) -> list[dict]:
 def summarise(rows: list[dict]) -> dict:
     from scorers.videoqa import accuracy_report
 
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in rows:
-        groups[(r["K"], r["label"])].append(r)
+    groups = group_rows(rows, lambda r: (r["K"], r["label"]))
     full = {K: np.mean([r["tflops"] for r in g]) for (K, label), g in groups.items() if label == "full_frame"}
     methods = []
     def order(item):  # by K, then method, then probe scale from full resolution down
@@ -211,11 +178,10 @@ def paired_differences(rows: list[dict], n_boot: int = 2000) -> list[dict]:
                      if k == K and lab == label and (K, other, r["item"]) in by and kind in (None, r["kind"])]
             if not pairs:
                 continue
-            d = np.array([float(a["correct"]) - float(b["correct"]) for a, b in pairs])
-            boot = np.random.default_rng(0).choice(d, (n_boot, len(d))).mean(1)
+            d = paired_bootstrap([float(a["correct"]) for a, _ in pairs], [float(b["correct"]) for _, b in pairs], n_boot)
             ratio = sum(b["tflops"] for _, b in pairs) / sum(a["tflops"] for a, _ in pairs)  # on the same questions
-            out.append({"K": K, "gridprobe": label, "vs": other, "kind": kind or "all", "n": len(d),
-                        "diff_pp": 100 * float(d.mean()), "ci_pp": [100 * float(np.quantile(boot, 0.025)), 100 * float(np.quantile(boot, 0.975))],
+            out.append({"K": K, "gridprobe": label, "vs": other, "kind": kind or "all", "n": d["n"],
+                        "diff_pp": 100 * d["diff"], "ci_pp": [100 * d["low"], 100 * d["high"]],
                         "tflops_ratio": float(ratio) if other == "full_frame" else None})
     return out
 
@@ -226,8 +192,12 @@ def _method_order(row: dict) -> int:
     return METHODS.index(row["method"])
 
 
-def _pct(a: dict) -> str:
-    return f"{100 * a['value']:.1f} [{100 * a['low']:.0f}, {100 * a['high']:.0f}]"
+def _scale(m: dict) -> str:
+    return f"{m['probe_scale']:g}" if m["probe_scale"] is not None else "-"
+
+
+def _cells(values: dict, keys, fmt) -> list[str]:
+    return [fmt(values[k]) if k in values else "-" for k in keys]
 
 
 def markdown(summary: dict, meta: dict) -> str:
@@ -240,47 +210,38 @@ def markdown(summary: dict, meta: dict) -> str:
         + (f"; at most {meta['max_options']} options per question" if meta.get("max_options") else "") + f"; {meta['seconds']:.0f} s total.", "",
         "TFLOPs: language-model FLOPs per question (vision tower excluded, spec B.8). *_meff baselines use GridProbe's "
         "per-question budget and are charged only their own pass. Accuracy: % with Wilson 95% interval.", "",
-        "| K | method | probe scale | accuracy % [95% CI] | mean TFLOPs | x full-frame | mean frames | evidence hit % | s / question |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
-    for m in ms:
-        ratio = f"{m['vs_full_frame']:.3f}" if m["vs_full_frame"] is not None else "-"
-        scale = f"{m['probe_scale']:g}" if m["probe_scale"] is not None else "-"
-        lines.append(f"| {m['K']} | {m['method']} | {scale} | {_pct(m['accuracy'])} | {m['mean_tflops']:.4g} | {ratio} | "
-                     f"{m['mean_frames']:.1f} | {100 * m['evidence_hit']:.0f} | {m['mean_seconds']:.3f} |")
+    lines += markdown_table(
+        ["K", "method", "probe scale", "accuracy % [95% CI]", "mean TFLOPs", "x full-frame", "mean frames", "evidence hit %", "s / question"],
+        [[m["K"], m["method"], _scale(m), accuracy_cell(m["accuracy"]), f"{m['mean_tflops']:.4g}",
+          f"{m['vs_full_frame']:.3f}" if m["vs_full_frame"] is not None else "-", f"{m['mean_frames']:.1f}",
+          f"{100 * m['evidence_hit']:.0f}", f"{m['mean_seconds']:.3f}"] for m in ms])  # fmt: skip
     kinds = sorted({k for m in ms for k in m["by_kind"]})
-    lines += ["", "## Accuracy by question kind (%, n in brackets)", "",
-              "| K | method | probe scale | " + " | ".join(kinds) + " |", "|---|---|---|" + "---|" * len(kinds)]
-    for m in ms:
-        cells = [f"{100 * m['by_kind'][k]['value']:.0f} ({m['by_kind'][k]['n']})" if k in m["by_kind"] else "-" for k in kinds]
-        scale = f"{m['probe_scale']:g}" if m["probe_scale"] is not None else "-"
-        lines.append(f"| {m['K']} | {m['method']} | {scale} | " + " | ".join(cells) + " |")
+    lines += ["", "## Accuracy by question kind (%, n in brackets)", ""]
+    lines += markdown_table(["K", "method", "probe scale", *kinds],
+                            [[m["K"], m["method"], _scale(m), *_cells(m["by_kind"], kinds, lambda a: f"{100 * a['value']:.0f} ({a['n']})")]
+                             for m in ms])
     levels = sorted({lv for m in ms for lv in m["by_level"]})
-    lines += ["", "## Accuracy by difficulty level, and GridProbe's budget", "",
-              "| K | method | probe scale | " + " | ".join(f"level {lv}" for lv in levels)
-              + " | mean M_eff by level | Spearman(M_eff, level) |", "|---|---|---|" + "---|" * (len(levels) + 2)]
-    for m in ms:
-        cells = [f"{100 * m['by_level'][lv]['value']:.0f}" if lv in m["by_level"] else "-" for lv in levels]
-        scale = f"{m['probe_scale']:g}" if m["probe_scale"] is not None else "-"
-        budget = ", ".join(f"{v:.1f}" for v in m.get("mean_m_eff_by_level", {}).values()) or "-"
-        rho = f"{m['spearman_meff_level']:.3f}" if "spearman_meff_level" in m else "-"
-        lines.append(f"| {m['K']} | {m['method']} | {scale} | " + " | ".join(cells) + f" | {budget} | {rho} |")
+    lines += ["", "## Accuracy by difficulty level, and GridProbe's budget", ""]
+    lines += markdown_table(
+        ["K", "method", "probe scale", *(f"level {lv}" for lv in levels), "mean M_eff by level", "Spearman(M_eff, level)"],
+        [[m["K"], m["method"], _scale(m), *_cells(m["by_level"], levels, lambda a: f"{100 * a['value']:.0f}"),
+          ", ".join(f"{v:.1f}" for v in m.get("mean_m_eff_by_level", {}).values()) or "-",
+          f"{m['spearman_meff_level']:.3f}" if "spearman_meff_level" in m else "-"] for m in ms])  # fmt: skip
     by_kind = [m for m in ms if "spearman_meff_level_by_kind" in m]
     if by_kind:
         kk = sorted({k for m in by_kind for k in m["spearman_meff_level_by_kind"]})
-        lines += ["", "## Spearman(M_eff, level) within each question kind", "",
-                  "| K | method | probe scale | " + " | ".join(kk) + " |", "|---|---|---|" + "---|" * len(kk)]
-        for m in by_kind:
-            rho = m["spearman_meff_level_by_kind"]
-            lines.append(f"| {m['K']} | {m['method']} | {m['probe_scale']:g} | " + " | ".join(f"{rho[k]:.3f}" if k in rho else "-" for k in kk) + " |")
+        lines += ["", "## Spearman(M_eff, level) within each question kind", ""]
+        lines += markdown_table(["K", "method", "probe scale", *kk],
+                                [[m["K"], m["method"], f"{m['probe_scale']:g}", *_cells(m["spearman_meff_level_by_kind"], kk, "{:.3f}".format)]
+                                 for m in by_kind])
     lines += ["", "## GridProbe against the baselines on the same questions (paired)", "",
               "Difference in accuracy, percentage points, with a paired bootstrap 95% interval; for full-frame also "
-              "how many times fewer TFLOPs GridProbe spends.", "",
-              "| K | GridProbe | vs | questions | n | difference (pp) [95% CI] | TFLOPs saving |", "|---|---|---|---|---|---|---|"]
-    for d in summary.get("paired", []):
-        saving = f"{d['tflops_ratio']:.2f}x" if d["tflops_ratio"] else "-"
-        lines.append(f"| {d['K']} | {d['gridprobe']} | {d['vs']} | {d['kind']} | {d['n']} | {d['diff_pp']:+.1f} "
-                     f"[{d['ci_pp'][0]:+.1f}, {d['ci_pp'][1]:+.1f}] | {saving} |")
+              "how many times fewer TFLOPs GridProbe spends.", ""]
+    lines += markdown_table(["K", "GridProbe", "vs", "questions", "n", "difference (pp) [95% CI]", "TFLOPs saving"],
+                            [[d["K"], d["gridprobe"], d["vs"], d["kind"], d["n"],
+                              paired_cell({"diff": d["diff_pp"], "low": d["ci_pp"][0], "high": d["ci_pp"][1]}, scale=1),
+                              f"{d['tflops_ratio']:.2f}x" if d["tflops_ratio"] else "-"] for d in summary.get("paired", [])])
     return "\n".join(lines) + "\n"
 
 
@@ -291,109 +252,25 @@ COLOURS = {"gridprobe": (214, 39, 40), "probe_ensemble": (255, 127, 14), "full_f
            "encoder_meff": (227, 119, 194)}
 
 
-def pareto_plot(summary: dict, path: Path, size: tuple[int, int] = (1000, 640)) -> Path:
-    """Accuracy vs mean TFLOPs (log x) for every (K, method, probe scale), the Pareto front drawn as a line.
-
-    Drawn with PIL: matplotlib is not a dependency of Atelier.
-    """
-    from PIL import Image, ImageDraw
-
-    ms = [m for m in summary["methods"] if m["mean_tflops"] > 0]
-    W, H = size
-    left, right, top, bottom = 80, 220, 40, 60
-    img = Image.new("RGB", size, "white")
-    d = ImageDraw.Draw(img)
-    if not ms:
-        d.text((W // 2 - 60, H // 2), "no data", fill="black")
-        _save_atomic(img, path)
-        return path
-    xs = np.log10([m["mean_tflops"] for m in ms])
-    ys = np.array([100 * m["accuracy"]["value"] for m in ms])
-    x0 = float(np.floor(xs.min()))
-    x1 = max(float(np.ceil(xs.max())), x0 + 1)
-    y0, y1 = 0.0, 100.0
-
-    def px(x, y):
-        return (left + (x - x0) / (x1 - x0) * (W - left - right), top + (y1 - y) / (y1 - y0) * (H - top - bottom))
-
-    d.rectangle([left, top, W - right, H - bottom], outline="black")
-    for e in range(int(x0), int(x1) + 1):
-        x, _ = px(e, y0)
-        d.line([x, H - bottom, x, H - bottom + 5], fill="black")
-        d.text((x - 14, H - bottom + 8), f"1e{e}", fill="black")
-    for y in range(0, 101, 20):
-        _, yy = px(x0, y)
-        d.line([left - 5, yy, left, yy], fill="black")
-        d.line([left, yy, W - right, yy], fill=(230, 230, 230))
-        d.text((left - 32, yy - 6), f"{y}%", fill="black")
-    d.text(((W - right + left) // 2 - 90, H - 25), "mean TFLOPs per question (log)", fill="black")
-    d.text((8, top - 28), "accuracy vs compute (Pareto front in grey)", fill="black")
-    front = _pareto_front(list(zip(xs, ys)))
-    if len(front) > 1:
-        d.line([px(x, y) for x, y in front], fill=(150, 150, 150), width=2)
-    for m, x, y in zip(ms, xs, ys):
-        cx, cy = px(x, y)
-        colour = COLOURS.get(m["method"], (0, 0, 0))
-        d.ellipse([cx - 5, cy - 5, cx + 5, cy + 5], fill=colour, outline="black")
-        tag = f"K{m['K']}" + (f"@{m['probe_scale']:g}" if m["probe_scale"] is not None else "")
-        d.text((cx + 7, cy - 6), tag, fill=colour)
-    for i, (name, colour) in enumerate(COLOURS.items()):
-        y = top + 10 + 20 * i
-        d.ellipse([W - right + 15, y, W - right + 25, y + 10], fill=colour, outline="black")
-        d.text((W - right + 32, y - 1), name, fill="black")
-    _save_atomic(img, path)
-    return path
-
-
-def _save_atomic(img, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        img.save(tmp)
-
-
-def _pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Points no other point beats on both cost (lower) and accuracy (higher), by increasing cost."""
-    front, best = [], -np.inf
-    for x, y in sorted(points, key=lambda p: (p[0], -p[1])):
-        if y > best:
-            front.append((x, y))
-            best = y
-    return front
+def pareto_points(summary: dict) -> list[dict]:
+    """Every (K, method, probe scale) of a summary as a point of ``benchmarks.common.pareto_plot``."""
+    return [{"x": m["mean_tflops"], "y": m["accuracy"]["value"], "group": m["method"],
+             "tag": f"K{m['K']}" + (f"@{m['probe_scale']:g}" if m["probe_scale"] is not None else "")}
+            for m in summary["methods"]]
 
 
 # ---------------------------------------------------------------------------------- CLI
-
-
-def _floats(text: str) -> list[float]:
-    return [float(v) for v in text.split(",") if v.strip()]
-
-
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v.strip()]
-
-
-def _item_range(text: str) -> tuple[int, int]:
-    try:
-        start, stop = (int(v) for v in text.split(":"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid --items {text!r}: write START:STOP, e.g. 0:200") from None
-    if not 0 <= start < stop:
-        raise argparse.ArgumentTypeError(f"invalid --items {text!r}: need 0 <= START < STOP, e.g. 0:200")
-    return start, stop
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vlm", default="builtin", help="selector VLM: 'builtin', a builtin VLM directory or a transformers checkpoint directory")
     ap.add_argument("--answerer", help="VLM for every answering pass (default: the selector)")
-    ap.add_argument("--n", type=int, default=60, help="number of test questions (default 60)")
-    ap.add_argument("--start", type=int, default=0, help="index of the first question (to shard a run over processes)")
-    ap.add_argument("--merge", nargs="+", type=Path, metavar="DIR", help="summarise the rows of these finished runs into --out")
-    ap.add_argument("--items", type=_item_range, metavar="START:STOP",
-                    help="with --merge: keep only questions START <= i < STOP (e.g. 0:200 to compare K values on the same questions)")
-    ap.add_argument("--grids", type=_ints, default=[6, 8, 12, 16], help="comma-separated K values (default 6,8,12,16)")
-    ap.add_argument("--probe-scales", type=_floats, help="probe resolutions (default 1,0.5,0.25); with --merge: keep only "
+    add_shard_arguments(ap, n=60, noun="questions", compare="K values")
+    ap.add_argument("--grids", type=comma_ints, default=[6, 8, 12, 16], help="comma-separated K values (default 6,8,12,16)")
+    ap.add_argument("--probe-scales", type=comma_floats, help="probe resolutions (default 1,0.5,0.25); with --merge: keep only "
                     "these scales' rows (e.g. 0.5 to compare K values at one resolution)")
-    ap.add_argument("--levels", type=_ints, default=[1, 2, 3], help="longqa levels, cycled over items (default 1,2,3)")
+    ap.add_argument("--levels", type=comma_ints, default=[1, 2, 3], help="longqa levels, cycled over items (default 1,2,3)")
     ap.add_argument("--max-options", type=int, help="ask with at most this many options (the answer kept): isolates the number of "
                     "choices from the rest of a level's difficulty (default: the level's 4 / 6 / 8)")
     ap.add_argument("--fixed-budget", type=int, default=8, help="M of the uniform-M baseline (default 8)")
@@ -412,9 +289,10 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if args.merge:
-        rows = read_rows(args.merge)
-        if args.items:
-            rows = [r for r in rows if args.items[0] <= r["item"] < args.items[1]]
+        try:
+            rows = in_range(read_rows(args.merge), args.items)
+        except ArgumentsDiffer as e:
+            ap.error(str(e))
         if args.probe_scales:
             rows = [r for r in rows if r["probe_scale"] is None or r["probe_scale"] in args.probe_scales]
         if not rows:
@@ -424,9 +302,10 @@ def main(argv=None) -> int:
         args.n = len({r["item"] for r in rows})
         args.grids = sorted({r["K"] for r in rows})
         elapsed = sum(m["seconds"] for m in metas)
-        for key in ("levels", "vlm", "answerer", "fixed_budget", "seed", "max_options"):
-            if metas and key in metas[0]:
-                setattr(args, key, metas[0][key])
+        header = {**(metas[0] if metas else {}), **merge_header(args.merge)}  # shards killed before results.json have only run.json
+        for key in MERGE_KEYS:
+            if key in header:
+                setattr(args, key, header[key])
         # shards may run different probe scales (e.g. 1/2 and 1/4 on all questions, 1 on a few): list them all
         args.probe_scales = sorted({r["probe_scale"] for r in rows if r["probe_scale"] is not None}, reverse=True)
     else:
@@ -435,16 +314,18 @@ def main(argv=None) -> int:
         args.probe_scales = args.probe_scales or [1.0, 0.5, 0.25]
         if args.max_options is not None and args.max_options < 2:
             ap.error(f"invalid --max-options {args.max_options}: a question needs at least 2 options")
-        rows = run(args)
+        try:
+            rows = run(args)
+        except ArgumentsDiffer as e:
+            ap.error(str(e))
         elapsed = time.perf_counter() - t0
     summary = summarise(rows)
-    meta = {"command": "python -m benchmarks.gridprobe " + " ".join(argv if argv is not None else sys.argv[1:]),
+    meta = {"command": command_line("benchmarks.gridprobe", argv),
             "n": args.n, "grids": args.grids, "probe_scales": args.probe_scales, "levels": args.levels, "vlm": args.vlm,
             "answerer": args.answerer, "fixed_budget": args.fixed_budget, "seed": args.seed, "max_options": args.max_options,
             "seconds": elapsed, "python": platform.python_version(), "machine": platform.machine()}
-    write_text_atomic(out / "results.json", json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=1, default=str))
-    write_text_atomic(out / "results.md", markdown(summary, meta))
-    pareto_plot(summary, out / "pareto.png")
+    write_results(out, meta, summary, rows, markdown(summary, meta))
+    pareto_plot(pareto_points(summary), out / "pareto.png", COLOURS)
     print(f"wrote {out / 'results.json'}, {out / 'results.md'} and {out / 'pareto.png'}")
     return 0
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from benchmarks.common import command_line, markdown_table
 from core.atomic import write_json_atomic
 from pipelines.gridprobe.grid import GridLayout
 from planners.builtin import WEIGHTS_DIR
@@ -82,6 +83,11 @@ def measure(model: BuiltinVLMModel, objective: VLMObjective, size: int, n: int, 
             "probes_determined": len(right)}
 
 
+def _recall(r: dict) -> str:
+    """``90% (3.8) / 100% (6.4) / 100% (9.6)``: count-probe recall per object size, diameters in px."""
+    return " / ".join(f"{r['recall_by_object_size'].get(k, float('nan')):.0%} ({r['object_diameter_px'][k]:g})" for k in OBJECT_SIZES)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vlm", default=str(WEIGHTS_DIR / "vlm"), help="a builtin VLM directory (default: the shipped weights)")
@@ -109,18 +115,16 @@ def main(argv=None) -> int:
             print(f"calibration gaps at {r['size']}px ({args.calib_questions} questions per kind) ...", file=sys.stderr, flush=True)
             r["calibration"] = calibration_gaps(model, objective, args.calib_questions, size=r["size"])
     out = Path(args.out)
-    command = "python -m benchmarks.vlm_perception " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_json_atomic(out, {"rows": rows, "command": command})
-    print("| frame side | count-probe recall: small / medium / large object (diameter px) | false positives | accuracy (determined probes) | mean peak posterior |")
-    print("|---|---|---|---|---|")
-    for r in rows:
-        rec = " / ".join(f"{r['recall_by_object_size'].get(k, float('nan')):.0%} ({r['object_diameter_px'][k]:g})" for k in OBJECT_SIZES)
-        print(f"| {r['size']} | {rec} | {r['false_positive_rate']:.1%} | {r['accuracy_determined']:.0%} (n={r['probes_determined']}) | {r['mean_peak_determined']:.2f} |")
+    write_json_atomic(out, {"rows": rows, "command": command_line("benchmarks.vlm_perception", argv)})
+    print("\n".join(markdown_table(
+        ["frame side", "count-probe recall: small / medium / large object (diameter px)", "false positives",
+         "accuracy (determined probes)", "mean peak posterior"],
+        [[r["size"], _recall(r), f"{r['false_positive_rate']:.1%}", f"{r['accuracy_determined']:.0%} (n={r['probes_determined']})",
+          f"{r['mean_peak_determined']:.2f}"] for r in rows])))  # fmt: skip
     if args.calib_questions:
         kinds = [k[len("calib_gap_"):] for k in rows[0]["calibration"] if k.startswith("calib_gap_")]
-        print("\n| frame side | " + " | ".join(f"calibration gap: {k}" for k in kinds) + " |\n|---|" + "---|" * len(kinds))
-        for r in rows:
-            print(f"| {r['size']} | " + " | ".join(f"{r['calibration'][f'calib_gap_{k}']:.3f}" for k in kinds) + " |")
+        print("\n" + "\n".join(markdown_table(["frame side", *(f"calibration gap: {k}" for k in kinds)],
+                                              [[r["size"], *(f"{r['calibration'][f'calib_gap_{k}']:.3f}" for k in kinds)] for r in rows])))
     print(f"\nwrote {out}")
     return 0
 

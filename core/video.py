@@ -29,6 +29,7 @@ from core.errors import (
     VideoOpenError,
 )
 from core.frames import resize_frame
+from core.memory import check_allocation
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +140,8 @@ class Video:
         idx = [self._check_index(i) for i in indices]
         if not idx:
             return np.zeros((0, *self._out_size, 3), np.uint8)
+        h, w = self._out_size
+        check_allocation("frames", f"{len(idx)} frames of {w}x{h}", len(idx) * h * w * 3, "ask for fewer frames or a smaller size")
         wanted = sorted(set(idx))
         frames = self._reader.read(wanted, self._out_size)
         if wanted == idx:  # the common case (sorted, no repeats): no extra copy
@@ -155,6 +158,9 @@ class Video:
 
     def sample(self, n: int) -> np.ndarray:
         """``n`` uniformly sampled frames ``(n, H, W, 3)``; decodes only around those frames."""
+        if isinstance(n, (int, np.integer)) and n > 0:
+            h, w = self._out_size
+            check_allocation("n", n, int(n) * h * w * 3, f"ask for fewer frames (each is {w}x{h})")
         return self.get_frames(self.sample_indices(n))
 
     # ---- streaming
@@ -322,7 +328,8 @@ class _PyAVReader(_Reader):
         try:
             self.container = av.open(str(path))
         except (av.FFmpegError, UnicodeDecodeError) as e:
-            raise VideoOpenError(path, f"not a readable video ({type(e).__name__}: {e})", "is the file complete and really a video?") from None
+            why = getattr(e, "strerror", None) or str(e)  # PyAV's message without its errno and the path again
+            raise VideoOpenError(path, f"not a readable video ({why})", "is the file complete and really a video?") from None
         if not self.container.streams.video:
             self.container.close()
             raise EmptyVideoError(path, "the file holds no video stream (zero frames, or cut short?)", "re-encode or re-export it")

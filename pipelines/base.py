@@ -269,6 +269,10 @@ class Pipeline:
         ``pipeline``, ``defaults``). ``config``: field -> value (None keeps). Used by the CLI, the
         batch runner, the web app and the benchmarks, so all four load models the same way.
         """
+        if device is not None:
+            select_device(device)  # bad names and missing CUDA fail before anything loads
+        if dtype is not None:
+            select_dtype(dtype)
         components = {k: v for k, v in (components or {}).items() if v is not None}
         unknown = [n for n in components if n not in cls.component_specs]
         if unknown:

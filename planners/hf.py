@@ -1,6 +1,7 @@
 """transformers VLMs (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, SmolVLM / Idefics3) behind ``VisionLanguageModel``.
 
-One ``_inputs`` builds every model input, so answer scoring, generation and token counting all
+One ``_chat_inputs`` builds every model input from structured messages (the old ``(frames, prompt)``
+pair is one ``user_turn``), so answer scoring, generation, continuation scores and token counting all
 see exactly the prompt layout the chat template produces. Families differ in four places only,
 each handled by asking the processor or model what it accepts rather than by a family switch:
 SmolVLM / Idefics3 want images nested per sample, Idefics3 has no video processor (frames go in
@@ -23,10 +24,17 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from core.device import select_device, select_dtype
 from core.errors import InputError
 from core.flops import TransformerDims, transformer_flops
-from planners.protocol import check_frames, check_options, letter_token_ids, posterior_from_logits
+from planners.protocol import (ContinuationScore, ForwardOutput, ImagePart, Message, TextPart, check_continuations,
+                               check_frames, check_messages, check_options, generation_seed, letter_token_ids,
+                               posterior_from_logits, user_turn)
 
 # [DEFAULT] frame size (H, W) for ``flops`` / ``count_tokens`` when the caller gives none: a 360p 16:9 frame.
 DEFAULT_FRAME_SIZE = (360, 640)
+# Overrides that make ``generate`` sample exactly softmax(logits / temperature) cut to top_p: a checkpoint's
+# own generation defaults (top-k, a repetition penalty, ...) would make what was sampled disagree with
+# what ``score`` measures, and greedy decoding differ from the argmax.
+PLAIN_DECODING = dict(num_beams=1, repetition_penalty=1.0, no_repeat_ngram_size=0, return_dict_in_generate=False)
+PLAIN_SAMPLING = dict(top_k=0, min_p=0.0, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0)
 
 
 class HFVisionLanguageModel:
@@ -96,38 +104,56 @@ class HFVisionLanguageModel:
     # ---- inputs ----------------------------------------------------------------------------------
 
     def _processor_inputs(self, frames: np.ndarray, prompt: str) -> Any:
-        """Chat-template text plus pixels, as the processor returns them (CPU tensors)."""
-        if not isinstance(prompt, str):
-            raise InputError("prompt", prompt, "pass the question text as a string")
-        frames = check_frames(frames)
-        n = len(frames)
-        video_processor = getattr(self.processor, "video_processor", None)
-        kind = "image" if n == 1 or video_processor is None else "video"
-        # a processor without video support (Idefics3) gets the frames as n images, in order
-        media = [{"type": kind}] * (1 if kind == "video" else n)
-        messages = [{"role": "user", "content": media + [{"type": "text", "text": prompt}]}]
-        text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        if kind == "image":
-            # nested per sample: SmolVLM / Idefics3 require it, the Qwen processors accept it
-            images = [[Image.fromarray(f) for f in frames]]
-            return self.processor(text=[text], images=images, return_tensors="pt")
-        extra: dict[str, Any] = {}
-        if hasattr(video_processor, "cap_pixels_per_frame"):
-            extra["cap_pixels_per_frame"] = True  # the qwen-vl-utils resolution rule the reference used
-        metadata = {"total_num_frames": n, "fps": self.video_fps, "frames_indices": list(range(n)),
-                    "duration": n / self.video_fps, "height": frames.shape[1], "width": frames.shape[2]}
-        return self.processor(text=[text], videos=[frames], video_metadata=[metadata], do_sample_frames=False,
-                              return_tensors="pt", **extra)
+        """Chat-template text plus pixels of the old ``(frames, prompt)`` pair (CPU tensors)."""
+        return self._encode_chat([user_turn(frames, prompt)])
 
-    def _inputs(self, frames: np.ndarray, prompt: str) -> dict[str, torch.Tensor]:
+    def _encode_chat(self, messages: Sequence[Message]) -> Any:
+        """Chat-template text (with the generation prompt) plus pixels, as the processor returns them (CPU tensors).
+
+        Images go in nested per sample, in order (SmolVLM / Idefics3 require it, the Qwen processors accept
+        it); a one-frame video goes in as an image, and a processor without video support (Idefics3) gets a
+        video's frames as images, in order. Each video is declared at its part's ``fps``, else ``video_fps``;
+        ``relative_times`` are not written (the templates want seconds)."""
+        video_processor = getattr(self.processor, "video_processor", None)
+        chat, images, videos, metadata = [], [], [], []
+        for message in messages:
+            content = []
+            for part in message.content:
+                if isinstance(part, TextPart):
+                    content.append({"type": "text", "text": part.text})
+                elif isinstance(part, ImagePart) or len(part.frames) == 1 or video_processor is None:
+                    content += [{"type": "image"}] * len(part.frames)
+                    images += [Image.fromarray(f) for f in part.frames]
+                else:
+                    n, h, w = part.frames.shape[:3]
+                    fps = part.fps or self.video_fps
+                    content.append({"type": "video"})
+                    videos.append(part.frames)
+                    metadata.append({"total_num_frames": n, "fps": fps, "frames_indices": list(range(n)),
+                                     "duration": n / fps, "height": h, "width": w})
+            chat.append({"role": message.role, "content": content})
+        text = self.processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        kwargs: dict[str, Any] = {"images": [images]} if images else {}
+        if videos:
+            kwargs.update(videos=videos, video_metadata=metadata, do_sample_frames=False)
+            if hasattr(video_processor, "cap_pixels_per_frame"):
+                kwargs["cap_pixels_per_frame"] = True  # the qwen-vl-utils resolution rule the reference used
+        return self.processor(text=[text], return_tensors="pt", **kwargs)
+
+    def _on_device(self, batch: Any) -> dict[str, torch.Tensor]:
         """Every processor output (``mm_token_type_ids`` included: transformers 5 needs it for M-RoPE) on the model's device."""
-        batch = self._processor_inputs(frames, prompt)
         out = {}
         for key, value in batch.items():
             if isinstance(value, torch.Tensor):
                 value = value.to(self.device, dtype=self.dtype if key.startswith("pixel_values") else None)
             out[key] = value
         return out
+
+    def _inputs(self, frames: np.ndarray, prompt: str) -> dict[str, torch.Tensor]:
+        return self._on_device(self._processor_inputs(frames, prompt))
+
+    def _chat_inputs(self, messages: Message | Sequence[Message]) -> dict[str, torch.Tensor]:
+        return self._on_device(self._encode_chat(check_messages(messages)))
 
     # ---- the protocol ------------------------------------------------------------------------------
 
@@ -143,14 +169,59 @@ class HFVisionLanguageModel:
         return posterior_from_logits(logits, self._letter_ids[letters])
 
     @torch.no_grad()
-    def generate(self, frames: np.ndarray, prompt: str, max_new_tokens: int = 32) -> str:
-        """Greedy decoding; returns only the new text, stripped."""
-        if not isinstance(max_new_tokens, Integral) or max_new_tokens < 1:
-            raise InputError("max_new_tokens", max_new_tokens, "pass a positive integer")
-        inputs = self._inputs(frames, prompt)
-        out = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
-        new = out[0, inputs["input_ids"].shape[1]:]
-        return self.processor.tokenizer.decode(new, skip_special_tokens=True).strip()
+    def generate(self, messages: Message | Sequence[Message], max_new_tokens: int = 32, do_sample: bool = False,
+                 temperature: float = 1.0, top_p: float = 1.0, num_return_sequences: int = 1,
+                 generator: torch.Generator | int | None = None) -> list[str]:
+        """Answers to the last user turn (see the protocol): ``model.generate`` with ``PLAIN_DECODING`` (and ``PLAIN_SAMPLING``).
+
+        transformers samples from the global torch RNG, so it runs inside ``fork_rng`` seeded from
+        ``generator``: only the generator decides the texts, and the caller's RNG state is restored after."""
+        seed = generation_seed(max_new_tokens, do_sample, temperature, top_p, num_return_sequences, generator)
+        inputs = self._chat_inputs(messages)
+        cuda = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda, enabled=do_sample):
+            if do_sample:  # the CPU generator, and the model's GPU's (transformers samples on the model's device)
+                torch.random.default_generator.manual_seed(seed)
+                for device in cuda:
+                    with torch.cuda.device(device):
+                        torch.cuda.manual_seed(seed)
+            sampling = dict(PLAIN_SAMPLING, temperature=float(temperature), top_p=float(top_p)) if do_sample else {}
+            out = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                                      num_return_sequences=num_return_sequences, **PLAIN_DECODING, **sampling)
+        return self.processor.tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+
+    @torch.no_grad()
+    def score(self, messages: Message | Sequence[Message], continuations: Sequence[str]) -> list[ContinuationScore]:
+        """Teacher-forced log-probabilities of each continuation's tokens (``tokenizer.encode`` without special
+        tokens, appended after the generation prompt): one forward per continuation over prompt + its tokens
+        but the last, keeping only the logits that predict them. An end-of-turn token is scored only when
+        the continuation spells it (e.g. ``"A<|im_end|>"``). ``generate``'s texts re-tokenise to the sampled
+        tokens unless decoding was lossy (a multi-byte character cut off, a skipped special token)."""
+        continuations = check_continuations(continuations)
+        inputs = self._chat_inputs(messages)
+        tok = self.processor.tokenizer
+        scores = []
+        for text in continuations:
+            ids = [int(i) for i in tok.encode(text, add_special_tokens=False)]
+            logp = np.zeros(0)
+            if ids:
+                logits = self.model(**_append_tokens(inputs, ids[:-1]), use_cache=False, logits_to_keep=len(ids)).logits[0]
+                target = torch.tensor(ids, device=logits.device)[:, None]
+                logp = torch.log_softmax(logits.double(), -1).gather(-1, target)[:, 0].cpu().numpy()
+            scores.append(ContinuationScore([tok.decode([i]) for i in ids], ids, logp))
+        return scores
+
+    def forward(self, messages: Message | Sequence[Message], output_hidden_states: bool = True) -> ForwardOutput:
+        """The language model over the messages and generation prompt: last-position logits ``(V,)`` and, if
+        asked, its ``num_hidden_layers + 1`` hidden states ``(1, L, hidden_size)``. Runs under the caller's
+        grad mode (no ``no_grad`` here), so a training loop can backpropagate into ``module``."""
+        out = self.model(**self._chat_inputs(messages), use_cache=False, logits_to_keep=1, output_hidden_states=output_hidden_states)
+        return ForwardOutput(out.logits[0, -1], tuple(out.hidden_states) if output_hidden_states else None)
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """The transformers model itself (vision tower, projector and language model)."""
+        return self.model
 
     @torch.no_grad()
     def encode_images(self, frames: np.ndarray, batch_size: int = 16) -> np.ndarray:
@@ -194,3 +265,17 @@ class HFVisionLanguageModel:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({type(self.model).__name__}, device={self.device}, dtype={self.dtype})"
+
+
+def _append_tokens(inputs: dict[str, Any], ids: Sequence[int]) -> dict[str, Any]:
+    """``inputs`` with text tokens ``ids`` appended: every per-token tensor grows (ids, attention 1, type 0 = text)."""
+    if not ids:
+        return inputs
+    ref = inputs["input_ids"]
+    new = torch.tensor([list(ids)], dtype=ref.dtype, device=ref.device)
+    out = dict(inputs)
+    for key, value in inputs.items():
+        if isinstance(value, torch.Tensor) and value.shape == ref.shape:
+            fill = new if key == "input_ids" else torch.full_like(new, int(key == "attention_mask"), dtype=value.dtype)
+            out[key] = torch.cat([value, fill], 1)
+    return out

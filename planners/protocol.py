@@ -1,13 +1,23 @@
-"""The one interface every vision-language backend implements, and the answer-letter scoring they share.
+"""The one interface every vision-language backend implements, its message types, and the answer scoring they share.
 
-Planners (GridProbe's probes, CLEAR's instance selection, ...) only see ``VisionLanguageModel``, so
-a builtin model, a transformers checkpoint or a test oracle are interchangeable. Multiple-choice
-answers are read from the next-token posterior, not from generated text (specs/gridprobe.md, B.2):
-one forward pass, letter scores pooled over the letter's surface forms, renormalised over the options.
+Planners (GridProbe's probes, CLEAR's instance selection, meme chain-of-thought, RL, reward models,
+latent slots) only see ``VisionLanguageModel``, so a builtin model, a transformers checkpoint or a
+test oracle are interchangeable. The protocol is low level on purpose: structured chat messages in,
+seeded sampling (``generate``), exact log-probabilities of given continuations (``score``), hidden
+states and the trainable module (``forward``, ``module``) out; whatever a method needs above that is
+a helper over these calls (``mcq_posterior``), not a new backend method.
+
+Multiple-choice answers are read from the next-token posterior, not from generated text (specs/gridprobe.md,
+B.2): ``option_posterior`` is one forward pass, letter scores pooled over the letter's surface forms,
+renormalised over the options (GridProbe's fast path); ``mcq_posterior`` computes the same kind of
+posterior for any backend from ``score`` alone.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+from numbers import Integral, Real
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -16,16 +26,245 @@ import torch
 from core.errors import InputError
 
 OPTION_LETTERS = "ABCDEFGHIJ"
+ROLES = ("system", "user", "assistant")
+# [DEFAULT] the most samples one ``generate`` call returns: a bound on memory, far above what RL groups use
+MAX_RETURN_SEQUENCES = 256
+
+
+# ---- messages ------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class TextPart:
+    """Text inside a turn."""
+
+    text: str
+
+    def __post_init__(self):
+        if not isinstance(self.text, str):
+            raise InputError("text", self.text, "pass the text as a string")
+
+
+@dataclass(eq=False)
+class ImagePart:
+    """One RGB ``uint8`` image ``(H, W, 3)`` inside a turn."""
+
+    image: np.ndarray
+
+    def __post_init__(self):
+        frames = check_frames(self.image, "image")
+        if len(frames) != 1:
+            raise InputError("image", f"array {frames.shape}", "pass one (H, W, 3) image; use VideoPart for (T, H, W, 3) frames")
+        self.image = frames[0]
+
+    @property
+    def frames(self) -> np.ndarray:
+        """The image as a one-frame ``(1, H, W, 3)`` stack, the shape backends read."""
+        return self.image[None]
+
+    def __repr__(self) -> str:
+        return f"ImagePart(image={self.image.shape})"
+
+
+@dataclass(eq=False)
+class VideoPart:
+    """Frames of one video ``(T, H, W, 3)`` inside a turn, in time order.
+
+    ``relative_times``: when each frame was taken, as a fraction of the video (0 its first frame, 1 its
+    last; not seconds, so a model needs no duration to tell a short stretch from a spread sample); None:
+    the frames are taken to be evenly spread over it. ``fps``: the rate the given frames were sampled at,
+    for backends that write timestamps into the prompt (hf: Qwen3-VL, SmolVLM); None: the backend's default.
+    """
+
+    frames: np.ndarray
+    relative_times: Sequence[float] | None = None
+    fps: float | None = None
+
+    def __post_init__(self):
+        self.frames = check_frames(self.frames)
+        if self.relative_times is not None:
+            self.relative_times = tuple(float(t) for t in check_relative_times(self.relative_times, len(self.frames)))
+        if self.fps is not None and not (isinstance(self.fps, Real) and math.isfinite(self.fps) and self.fps > 0):
+            raise InputError("fps", self.fps, "pass the frames' sampling rate as a positive number, or None")
+
+    def __repr__(self) -> str:
+        return f"VideoPart(frames={self.frames.shape}, relative_times={self.relative_times}, fps={self.fps})"
+
+
+Part = TextPart | ImagePart | VideoPart
+
+
+@dataclass(eq=False)
+class Message:
+    """One chat turn: ``role`` ("system", "user" or "assistant") and its parts in order (a str is one TextPart)."""
+
+    role: str
+    content: Sequence[Part | str] | str
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise InputError("role", self.role, f"use one of {', '.join(ROLES)}")
+        content = [self.content] if isinstance(self.content, (str, TextPart, ImagePart, VideoPart)) else self.content
+        if not isinstance(content, Sequence) or not content:
+            raise InputError("content", content, "pass a non-empty list of TextPart / ImagePart / VideoPart (or a string)")
+        parts = [TextPart(p) if isinstance(p, str) else p for p in content]
+        for p in parts:
+            if not isinstance(p, (TextPart, ImagePart, VideoPart)):
+                raise InputError("content", type(p).__name__, "each part is a TextPart, ImagePart or VideoPart (or a string)")
+        self.content = parts
+
+    @property
+    def text(self) -> str:
+        """The turn's text parts joined by newlines (what a text-only reader sees)."""
+        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def visuals(self) -> list[ImagePart | VideoPart]:
+        """The turn's image and video parts, in order."""
+        return [p for p in self.content if not isinstance(p, TextPart)]
+
+
+def user_turn(frames: np.ndarray, prompt: str, relative_times: Sequence[float] | None = None, fps: float | None = None) -> Message:
+    """The old ``(frames, prompt)`` pair as one user turn: the frames first, then the prompt.
+
+    ``(H, W, 3)`` is an image, ``(T, H, W, 3)`` a video (with its ``relative_times`` / ``fps``)."""
+    if not isinstance(prompt, str):
+        raise InputError("prompt", prompt, "pass the question text as a string")
+    single = np.ndim(frames) == 3 and relative_times is None
+    frames = check_frames(frames)
+    media = ImagePart(frames[0]) if single else VideoPart(frames, relative_times, fps)
+    return Message("user", [media, TextPart(prompt)])
+
+
+def check_messages(messages: Message | Sequence[Message]) -> list[Message]:
+    """A conversation the model can answer: Messages, a system turn only first, a user turn last."""
+    messages = [messages] if isinstance(messages, Message) else messages
+    if isinstance(messages, (str, np.ndarray)) or not isinstance(messages, Sequence) or not messages:
+        raise InputError("messages", type(messages).__name__,
+                         "pass a list of planners.protocol.Message (user_turn(frames, prompt) builds one)")
+    for i, m in enumerate(messages):
+        if not isinstance(m, Message):
+            raise InputError("messages", f"item {i} is a {type(m).__name__}", "pass planners.protocol.Message objects")
+        if m.role == "system" and i > 0:
+            raise InputError("messages", f"a system turn at position {i}", "put the system turn first")
+    if messages[-1].role != "user":
+        raise InputError("messages", f"the last turn is '{messages[-1].role}'",
+                         "end with a user turn, which the model answers (score an assistant's partial answer as a continuation)")
+    return list(messages)
+
+
+def check_continuations(continuations: Sequence[str]) -> list[str]:
+    """``score``'s continuations: a non-empty list of strings."""
+    if isinstance(continuations, str) or not isinstance(continuations, Sequence) or not continuations:
+        raise InputError("continuations", continuations, "pass a non-empty list of strings, e.g. ['A', 'B']")
+    for c in continuations:
+        if not isinstance(c, str):
+            raise InputError("continuations", c, "each continuation is a string")
+    return list(continuations)
+
+
+def generation_seed(max_new_tokens: int, do_sample: bool, temperature: float, top_p: float, num_return_sequences: int,
+                    generator: torch.Generator | int | None) -> int | None:
+    """Check ``generate``'s arguments (the same for every backend) and return the sampling seed, None when greedy.
+
+    The seed is drawn from ``generator`` (advancing it, so successive calls draw different samples) or is the
+    int given; a backend seeds its sampler with it and nothing else, so the same generator state gives the
+    same texts and the global RNG is neither read nor changed."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, Integral) or max_new_tokens < 1:
+        raise InputError("max_new_tokens", max_new_tokens, "pass a positive integer")
+    if not isinstance(do_sample, bool):
+        raise InputError("do_sample", do_sample, "pass True (sample) or False (greedy)")
+    n = num_return_sequences
+    if isinstance(n, bool) or not isinstance(n, Integral) or not 1 <= n <= MAX_RETURN_SEQUENCES:
+        raise InputError("num_return_sequences", n, f"pass an integer from 1 to {MAX_RETURN_SEQUENCES} (call again for more)")
+    if not do_sample:
+        if n != 1:
+            raise InputError("num_return_sequences", n, "greedy decoding has one answer: pass do_sample=True (and a generator) for several")
+        return None
+    if isinstance(temperature, bool) or not isinstance(temperature, Real) or not (0 < temperature < math.inf):
+        raise InputError("temperature", temperature,
+                         "pass a positive temperature (1.0: the model's own distribution; do_sample=False for greedy)")
+    if isinstance(top_p, bool) or not isinstance(top_p, Real) or not 0 < top_p <= 1:
+        raise InputError("top_p", top_p, "pass a nucleus mass in (0, 1]; 1.0 keeps every token")
+    if isinstance(generator, torch.Generator):
+        return int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+    if isinstance(generator, Integral) and not isinstance(generator, bool) and generator >= 0:
+        return int(generator)
+    raise InputError("generator", generator, "sampling draws only from the generator you pass: "
+                     "pass torch.Generator().manual_seed(seed) or a non-negative int seed")
+
+
+@dataclass
+class ContinuationScore:
+    """The log-probability of one given continuation after the messages, token by token (teacher forcing).
+
+    ``tokens`` are the continuation's tokens as text pieces and ``token_ids`` their ids in the model's
+    vocabulary; ``token_logprobs`` (float64) is log p(token_i | messages, tokens_<i); ``total`` their sum."""
+
+    tokens: list[str]
+    token_ids: list[int]
+    token_logprobs: np.ndarray
+    total: float = field(init=False)
+
+    def __post_init__(self):
+        self.token_logprobs = np.asarray(self.token_logprobs, np.float64)
+        self.total = float(self.token_logprobs.sum())
+
+
+@dataclass
+class ForwardOutput:
+    """One forward over the messages (with the generation prompt): ``logits`` ``(V,)`` of the next token after
+    them, and with ``output_hidden_states`` the ``hidden_states``: one ``(1, L, D)`` tensor per layer, the
+    input embeddings first and the last after the final norm (transformers' convention), else None."""
+
+    logits: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
 @runtime_checkable
 class VisionLanguageModel(Protocol):
     """A VLM behind Atelier's boundary convention.
 
-    Frames are RGB ``uint8`` numpy arrays: ``(H, W, 3)`` for one image, ``(T, H, W, 3)`` for a video.
-    Every method is deterministic: identical inputs give identical outputs. Implementations also
+    Inputs are chat ``Message``s (system / user / assistant turns of text, images and videos;
+    ``user_turn(frames, prompt)`` turns the old pair into one); frames are RGB ``uint8`` numpy arrays,
+    ``(H, W, 3)`` for an image and ``(T, H, W, 3)`` for a video. Every call is deterministic: identical
+    inputs (and for sampling an identical generator state) give identical outputs. Implementations also
     carry a ``backend`` name ("hf", "builtin", ...) for logs and configs.
+
+    - ``generate``: free-form answers, greedy or sampled from the caller's generator alone;
+    - ``score``: exact (teacher-forced) log-probabilities of given continuations: RL ratios, reward models, MCQ;
+    - ``forward``: next-token logits and per-layer hidden states, with gradients when grad mode is on;
+    - ``module``: the ``torch.nn.Module`` those depend on, to hand to an optimizer;
+    - ``option_posterior``: GridProbe's one-forward multiple-choice posterior (``mcq_posterior`` is the
+      generic one over ``score``);
+    - ``encode_images`` and ``flops``: frame embeddings and compute accounting.
     """
+
+    def generate(self, messages: Message | Sequence[Message], max_new_tokens: int = 32, do_sample: bool = False,
+                 temperature: float = 1.0, top_p: float = 1.0, num_return_sequences: int = 1,
+                 generator: torch.Generator | int | None = None) -> list[str]:
+        """``num_return_sequences`` answers to the last user turn: only the new text, as decoded (not stripped).
+
+        ``do_sample=False``: greedy (one answer, ``temperature``/``top_p``/``generator`` unused). Sampling draws
+        from ``softmax(logits / temperature)`` cut to the ``top_p`` nucleus, and from nothing else (no
+        checkpoint defaults such as top-k or a repetition penalty), seeded only by ``generator`` (a
+        ``torch.Generator`` or an int seed; required). See ``generation_seed`` for the checks."""
+        ...
+
+    def score(self, messages: Message | Sequence[Message], continuations: Sequence[str]) -> list[ContinuationScore]:
+        """For each continuation, the log-probability of its tokens as the assistant's answer to the messages,
+        teacher-forced in one forward; no end-of-turn token is added (append it to score the end too)."""
+        ...
+
+    def forward(self, messages: Message | Sequence[Message], output_hidden_states: bool = True) -> ForwardOutput:
+        """One forward over the messages and the generation prompt, under the caller's grad mode: wrap it
+        in ``torch.no_grad()`` for inference, leave grad on to train ``module`` through it."""
+        ...
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """The trainable model whose parameters ``forward`` depends on (for an optimizer, ``state_dict``, ...)."""
+        ...
 
     def option_posterior(self, frames: np.ndarray, prompt: str, options: Sequence[str], relative_times: Sequence[float] | None = None) -> np.ndarray:
         """Log-probabilities over ``options`` (answer letters A, B, ... in order); ``exp`` sums to 1.
@@ -34,10 +273,6 @@ class VisionLanguageModel(Protocol):
         not seconds, so a model needs no duration to tell a short stretch from a spread sample); a
         model that reads time uses it (a contiguous run of frames and a spread sample differ in what
         they can have missed), others ignore it. None: the frames are taken to be evenly spread."""
-        ...
-
-    def generate(self, frames: np.ndarray, prompt: str, max_new_tokens: int = 32) -> str:
-        """Greedy free-form answer: only the new text, stripped."""
         ...
 
     def encode_images(self, frames: np.ndarray) -> np.ndarray:
@@ -58,6 +293,18 @@ def check_frames(frames: np.ndarray, name: str = "frames") -> np.ndarray:
         raise InputError(name, f"array {frames.shape} {frames.dtype}",
                          "pass RGB uint8 frames shaped (H, W, 3) for an image or (T, H, W, 3) for a video")
     return frames
+
+
+def check_relative_times(relative_times: Sequence[float], n_frames: int) -> np.ndarray:
+    """One time per frame, each a fraction of the video in [0, 1]; returned as float64."""
+    times = np.asarray(relative_times, np.float64).reshape(-1)
+    if len(times) != n_frames:
+        raise InputError("relative_times", f"{len(times)} values for {n_frames} frames",
+                         "pass one per frame: when it was taken, as a fraction of the video (0-1)")
+    if not np.all((times >= 0) & (times <= 1)):
+        raise InputError("relative_times", f"values from {times.min():g} to {times.max():g}",
+                         "pass fractions of the video in [0, 1] (time / duration), not seconds")
+    return times
 
 
 def letter_surface_forms(letter: str) -> list[str]:
@@ -147,3 +394,39 @@ def format_mcq_prompt(question: str, options: Sequence[str], style: str = "defau
         lines += [f"({L}) {o}" for L, o in zip(letters, options)]
         return "\n".join(lines + ["Answer with the letter of the correct option."])
     raise InputError("style", style, "use 'default', 'videomme_v2' or 'longvideobench'")
+
+
+def mcq_posterior(vlm: VisionLanguageModel, messages: Message | Sequence[Message], options: Sequence[str],
+                  answer: str = "letter") -> np.ndarray:
+    """Option log-probabilities (``exp`` sums to 1) from ``vlm.score`` alone, so any backend that scores gets MCQ.
+
+    ``answer="letter"``: each option's letter is scored in all its surface forms (``letter_surface_forms``)
+    as whole continuations and pooled (logsumexp); a form whose tokens extend another form of the same
+    letter (``"A."`` as ``"A" + "."``) is dropped, its probability being part of the shorter one's.
+    ``"text"``: the option texts themselves, for a model that answers in words (the builtin caption
+    decoder knows no letters). The scores are then renormalised over the options (float64). Unlike
+    ``option_posterior`` (one forward, first tokens only) this costs a forward per scored form and scores
+    multi-token forms exactly, so the two agree in kind, not digit for digit.
+    """
+    letters = check_options(options)
+    if answer == "letter":
+        forms = [letter_surface_forms(L) for L in letters]
+    elif answer == "text":
+        forms = [[o] for o in options]
+    else:
+        raise InputError("answer", answer, "use 'letter' (score the answer letters) or 'text' (score the option texts)")
+    scores = iter(vlm.score(messages, [f for fs in forms for f in fs]))
+    pooled = []
+    for fs in forms:
+        kept: list[tuple[int, ...]] = []
+        totals = []
+        for s in sorted((next(scores) for _ in fs), key=lambda s: len(s.token_ids)):
+            ids = tuple(s.token_ids)
+            if not ids:
+                raise InputError("options", fs, "every scored answer needs at least one token")
+            if not any(ids[: len(k)] == k for k in kept):
+                kept.append(ids)
+                totals.append(s.total)
+        pooled.append(np.logaddexp.reduce(totals))
+    s = np.asarray(pooled, np.float64)
+    return s - np.logaddexp.reduce(s)

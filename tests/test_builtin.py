@@ -7,7 +7,7 @@ import torch
 from planners.builtin import BuiltinVisionLanguageModel, question_from_prompt
 from planners.builtin.vit import BuiltinViT, ViTConfig
 from planners.builtin.vlm import BuiltinVLMModel, VLMConfig
-from planners.protocol import VisionLanguageModel, format_mcq_prompt
+from planners.protocol import VisionLanguageModel, format_mcq_prompt, user_turn
 
 TINY_VIT = ViTConfig(width=32, depth=1, heads=2)
 
@@ -53,7 +53,8 @@ def test_relative_times_reach_the_model_and_are_checked(vlm):
 
 
 def test_generate_encode_and_flops(vlm):
-    assert isinstance(vlm.generate(_frames(4), "Describe the video."), str)
+    texts = vlm.generate(user_turn(_frames(4), "Describe the video."))
+    assert len(texts) == 1 and isinstance(texts[0], str)
     img = vlm.encode_images(_frames(3))
     txt = vlm.encode_text(["a red circle", "a blue star"])
     assert img.shape == (3, 384) and txt.shape == (2, 384)

@@ -13,7 +13,7 @@ from core.flops import TransformerDims, transformer_flops
 from planners import hf
 from planners.hf import HFVisionLanguageModel
 from planners.protocol import (OPTION_LETTERS, VisionLanguageModel, format_mcq_prompt, letter_surface_forms,
-                               letter_token_ids, peak_posterior, posterior_from_logits)
+                               letter_token_ids, peak_posterior, posterior_from_logits, user_turn)
 
 OPTIONS = ["red", "green", "blue", "yellow"]
 PROMPT = format_mcq_prompt("What colour is the square?", OPTIONS)
@@ -168,9 +168,9 @@ def test_option_posterior_matches_the_full_forward(vlm, frames):
 
 @pytest.mark.parametrize("kind", ["image", "video"])
 def test_generate_is_greedy_text(vlm, frames, kind):
-    text = vlm.generate(frames[kind], PROMPT, max_new_tokens=4)
-    assert isinstance(text, str) and text == text.strip()
-    assert text == vlm.generate(frames[kind], PROMPT, max_new_tokens=4)
+    texts = vlm.generate(user_turn(frames[kind], PROMPT), max_new_tokens=4)
+    assert len(texts) == 1 and isinstance(texts[0], str)
+    assert texts == vlm.generate([user_turn(frames[kind], PROMPT)], max_new_tokens=4)
 
 
 def test_encode_images_gives_one_row_per_frame(vlm, frames):

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from core.errors import InputError
+from core.memory import check_allocation
 from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, json_safe, make_generator, output_field, setting
 from pipelines.gridprobe.frames import (VideoInput, check_scale, check_size, fetch_frames, open_frame_source,
                                         resize_frames, scaled_size, thumbnails)
@@ -47,13 +48,6 @@ class ProbeModel(Protocol):
     def option_posterior(self, frames: np.ndarray, prompt: str, options: Sequence[str], relative_times: Sequence[float] | None = None) -> np.ndarray: ...
 
     def flops(self, n_frames: int, prompt: str, frame_size: tuple[int, int] | None = None) -> float: ...
-
-
-def memory_budget() -> int:
-    """Bytes a pool may take: half the memory available now (the models and their activations need the rest)."""
-    import psutil
-
-    return int(psutil.virtual_memory().available // 2)
 
 
 @dataclass
@@ -358,11 +352,8 @@ class GridProbePipeline(Pipeline):
         size = getattr(source, "size", None)
         if not (isinstance(size, tuple) and len(size) == 2):
             return
-        need = n * int(size[0]) * int(size[1]) * 3
-        budget = memory_budget()
-        if need > budget:
-            raise InputError("grid", self.config.grid, f"the pool of {n} frames at {size[0]}x{size[1]} needs {need / 2**30:.1f} GiB, "
-                                                       f"more than the {budget / 2**30:.1f} GiB this run may use; use a smaller --grid")
+        check_allocation("grid", self.config.grid, n * int(size[0]) * int(size[1]) * 3,
+                         f"the pool holds {n} frames of {size[1]}x{size[0]}: use a smaller grid")
 
     def probe_size(self, pool: Pool, scale: float | None = None) -> tuple[int, int]:
         """The probes' ``(H, W)``: ``probe_size`` if set, else the source size times ``scale`` (default ``probe_scale``)."""

@@ -31,7 +31,9 @@ class MiniLM:
 
     def __init__(self, device: str | torch.device = "cpu", cache_size: int = 200_000):
         from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # a "Loading weights" bar per load is noise on stderr
         path = minilm_path()
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
         self.model = AutoModel.from_pretrained(str(path)).eval().to(device)

@@ -1,0 +1,154 @@
+"""The malformed-input harness: every registered verb, through the CLI, the batch runner and the web,
+meets broken files, absurd sizes, unicode paths and bad arguments with a one-line message that names
+the input and no traceback. A pipeline inherits all of it by registering its ``PipelineApp``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from app.batch import run_batch
+from app.cli import main
+from core.video import write_video
+from pipelines.registry import apps
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory):
+    """A good clip, a unicode copy of it, and every kind of broken "video"."""
+    d = tmp_path_factory.mktemp("media")
+    frames = np.zeros((40, 32, 32, 3), np.uint8)
+    frames[:, 8:16, 8:16] = 200
+    good = write_video(d / "good.mp4", frames, fps=10)
+    (d / "vidéo ☃").mkdir()
+    unicode = write_video(d / "vidéo ☃" / "clip ünï.mp4", frames, fps=10)
+    data = good.read_bytes()
+    bad = {"truncated": d / "truncated.mp4", "corrupt": d / "corrupt.mp4", "text": d / "text.mp4", "zero-frame": d / "empty.mp4"}
+    bad["truncated"].write_bytes(data[: len(data) // 3])
+    bad["corrupt"].write_bytes(np.random.default_rng(0).integers(0, 256, 5000, dtype=np.uint8).tobytes())
+    bad["text"].write_text("this is not a video\n" * 40)
+    bad["zero-frame"].write_bytes(b"")
+    (d / "folder.mp4").mkdir()
+    bad["folder"] = d / "folder.mp4"
+    bad["missing"] = d / "missing.mp4"
+    return {"good": good, "unicode": unicode, "bad": bad, "dir": d}
+
+
+def valid_args(app, video) -> dict:
+    """Arguments that run: the inputs by kind, the shipped builtin models, the smallest grid."""
+    args = {"video": str(video), "progress": False}
+    for i in app.inputs:
+        args[i.name] = {"video": str(video), "image": str(video), "text": "What is there?", "texts": ["a", "b", "c"]}[i.kind]
+    for s in app.settings():  # the lowest value of each bounded int setting keeps runs fast
+        if s.type is int and s.range and s.range[0] is not None and not s.optional and s.name in ("grid",):
+            args[s.name] = s.range[0]
+    return args
+
+
+def to_argv(app, args: dict) -> list[str]:
+    argv = [app.verb]
+    for i in app.inputs:
+        value = args[i.name]
+        if i.flag is None and i.kind != "texts":
+            argv.append(str(value))
+        else:
+            argv += [f"--{i.name}", *([str(v) for v in value] if isinstance(value, list) else [str(value)])]
+    for key, value in args.items():
+        if key not in {i.name for i in app.inputs} and key != "progress":
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv + ["--no-progress"]
+
+
+def run_cli(argv, capsys) -> tuple[int, str]:
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse usage errors
+        code = e.code
+    err = capsys.readouterr().err
+    return code, err
+
+
+def assert_clean(code: int, err: str, names: str) -> None:
+    assert code in (1, 2), err
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert names in last, (names, last)
+
+
+def absurd_settings(app) -> list[tuple[str, object]]:
+    """A value far outside each bounded setting, and a wrong type for each numeric one."""
+    out = []
+    for s in app.settings():
+        if s.range and s.range[1] is not None:
+            out.append((s.name, s.range[1] * 1000 + 1))
+        if s.type in (int, float) and not s.pair:
+            out.append((s.name, "lots"))
+    return out
+
+
+@pytest.mark.parametrize("verb", sorted(apps()))
+def test_cli_on_broken_files_absurd_sizes_and_bad_arguments(verb, media, capsys):
+    app = apps()[verb]
+    base = valid_args(app, media["good"])
+    for kind, path in media["bad"].items():
+        code, err = run_cli(to_argv(app, {**base, "video": str(path)}), capsys)
+        assert_clean(code, err, path.name)
+    for name, value in absurd_settings(app):
+        code, err = run_cli(to_argv(app, {**base, name: value}), capsys)
+        assert_clean(code, err, name.replace("_", "-") if isinstance(value, str) else name)
+    for name, value in (("seed", -1), ("seed", 2**70), ("device", "cuda:7"), ("vlm", str(media["dir"] / "folder.mp4")),
+                        ("vlm", "no-such-org/no-such-model"), ("dtype", "float8"), ("out", str(media["good"]))):
+        if name in ("vlm",) and "vlm" not in app.components.values():
+            continue
+        code, err = run_cli(to_argv(app, {**base, name: value}), capsys)
+        assert_clean(code, err, name)
+    code, err = run_cli(to_argv(app, base) + ["--no-such-flag"], capsys)
+    assert code == 2 and "Traceback" not in err
+    # a unicode path is not malformed: it works
+    code, err = run_cli(to_argv(app, {**base, "video": str(media["unicode"])}) + ["--json"], capsys)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("verb", sorted(apps()))
+def test_batch_isolates_every_malformed_item(verb, media, tmp_path):
+    app = apps()[verb]
+    base = valid_args(app, media["good"])
+    items = [{"id": f"bad-{k}", "verb": verb, "args": {**base, "video": str(p)}} for k, p in media["bad"].items()]
+    items += [{"id": f"absurd-{n}-{i}", "verb": verb, "args": {**base, n: v}} for i, (n, v) in enumerate(absurd_settings(app))]
+    items += [{"id": "unknown-arg", "verb": verb, "args": {**base, "no_such_arg": 1}},
+              {"id": "unicode", "verb": verb, "args": {**base, "video": str(media["unicode"])}}]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(it) + "\n" for it in items), encoding="utf-8")
+    summary = run_batch(manifest, tmp_path / "out", progress=False)
+    assert (summary.ok, summary.failed) == (1, len(items) - 1)
+    records = {json.loads(line)["id"]: json.loads(line) for line in (tmp_path / "out" / "status.jsonl").read_text().splitlines()}
+    for item in items[:-1]:
+        rec = records[item["id"]]
+        assert rec["status"] == "failed" and "traceback" not in rec and "\n" not in rec["error"], rec
+    for kind, path in media["bad"].items():
+        assert path.name in records[f"bad-{kind}"]["error"]
+    assert "no_such_arg" in records["unknown-arg"]["error"]
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".partial")]
+
+
+@pytest.mark.parametrize("verb", sorted(apps()))
+def test_web_maps_malformed_inputs_to_gr_errors_without_server_paths(verb, media):
+    gr = pytest.importorskip("gradio")
+    from app.web import WebSettings, run_in_web
+
+    app = apps()[verb]
+    settings = WebSettings()
+    n_settings = len(app.settings())
+    for kind, path in media["bad"].items():
+        values = [str(path) if i.kind == "video" else ("What?" if i.kind == "text" else "a\nb") for i in app.inputs]
+        values += [None] * n_settings + [""] * len(app.components)
+        with pytest.raises(gr.Error) as e:
+            run_in_web(app, settings, tuple(values))
+        message = str(e.value)
+        assert str(media["dir"]) not in message and "Errno" not in message, message
+        assert os.sep + "tmp" not in message, message
