@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -138,14 +139,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=_cmd_demo)
 
+    from training.common import TRAINING_TIME
+
     p = sub.add_parser("train", help="train a built-in model (vit, vlm)", formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Train a built-in model from scratch on worldgen data streamed on the fly (no dataset files), "
-                                   "evaluate it on held-out seeds and write weights, eval.json and card.md. Resumes from OUT/run/checkpoint.",
-                       epilog="examples:\n  atelier train vit --out weights/builtin/vit\n  atelier train vlm --vit weights/builtin/vit --out weights/builtin/vlm")
+                                   "evaluate it on held-out seeds and write weights, train_config.json (the recipe), eval.json and "
+                                   "card.md to OUT. Resumes from OUT/run/checkpoint with the recipe saved in OUT (--steps overrides it). "
+                                   "The shipped weights (weights/builtin/MODEL) are overwritten only when --out names them.",
+                       epilog="training time (measured: each card's \"Training time\" note):\n"
+                              f"  vit: {TRAINING_TIME['vit']}\n  vlm: {TRAINING_TIME['vlm']}\n"
+                              "  Under load it is several times slower (a busy 2-core machine ran the ViT at ~9 s/step: 2 h for\n"
+                              "  800 steps). Check yours first: --steps 20 logs sec_per_step (vlm adds warm starts and evaluation).\n"
+                              "examples:\n"
+                              "  atelier train vit                                  # -> outputs/train/vit\n"
+                              "  atelier train vit --steps 20 --out /tmp/vit-speed  # how fast is this machine?\n"
+                              "  atelier train vlm --vit outputs/train/vit          # a VLM on your ViT -> outputs/train/vlm\n"
+                              "  atelier train vit --out weights/builtin/vit        # replace the shipped weights (only when named)")
     p.add_argument("model", choices=["vit", "vlm"], help="which built-in model")
-    p.add_argument("--out", help="output folder (default weights/builtin/MODEL)")
-    p.add_argument("--steps", type=int, help="optimisation steps (default: the model's recipe)")
-    p.add_argument("--vit", default="weights/builtin/vit", help="trained ViT folder (vlm only)")
+    p.add_argument("--out", help="output folder: new, empty or an earlier run of MODEL (default outputs/train/MODEL)")
+    p.add_argument("--steps", type=int, help="optimisation steps (default: the model's recipe, or the resumed run's)")
+    p.add_argument("--vit", help="trained ViT folder (vlm only; default: the resumed run's, else the shipped weights/builtin/vit)")
     p.add_argument("--no-resume", action="store_true", help="start over instead of resuming a checkpoint")
     _add_common(p)
     p.set_defaults(func=_cmd_train)
@@ -311,16 +324,23 @@ def _cmd_serve(args) -> int:
 
 
 def _cmd_train(args) -> int:
-    out = args.out or f"weights/builtin/{args.model}"
+    from training.common import check_out_dir, check_vit_dir, default_out
+
+    # refuse a bad --out / --vit before loading anything: the shipped weights only when named
+    out = check_out_dir(args.out or default_out(args.model), args.model, explicit=args.out is not None)
     if args.model == "vit":
+        if args.vit is not None:
+            logging.getLogger(__name__).warning("--vit %s is for `atelier train vlm`; training a ViT ignores it", args.vit)
         from training.vit import train_vit
 
-        metrics = train_vit(out, **({"steps": args.steps} if args.steps else {}), resume=not args.no_resume)
+        metrics = train_vit(out, args.steps, resume=not args.no_resume)
     else:
+        if args.vit is not None:
+            check_vit_dir(args.vit)
         from training.vlm import train_vlm
 
-        metrics = train_vlm(out, args.vit, **({"steps": args.steps} if args.steps else {}), resume=not args.no_resume)
-    _emit(args, metrics)
+        metrics = train_vlm(out, args.vit, args.steps, resume=not args.no_resume)
+    _emit(args, {"out": str(out), **metrics})
     return 0
 
 
@@ -343,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    previous = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM unwinds like Ctrl-C: temp files are removed
     try:
         return int(args.func(args) or 0)
     except AtelierError as e:
@@ -358,6 +379,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _one_line(e: Exception) -> str:

@@ -14,8 +14,11 @@ import numpy as np
 
 from core.atomic import atomic_path
 from core.errors import InputError
+from core.frames import resize_frames
 from core.masks import read_mask_folder
+from core.memory import check_allocation
 from core.overlay import contact_sheet, draw_caption, draw_masks
+from core.paths import check_output_dir, check_output_file
 from core.video import Video, write_video
 
 
@@ -40,8 +43,11 @@ def sample(video: str | Path, out_dir: str | Path, n: int = 8, height: int | Non
     """Save ``n`` uniformly sampled frames as PNGs plus a labelled contact sheet."""
     from PIL import Image
 
-    out_dir = Path(out_dir)
+    out_dir = check_output_dir(out_dir)
     with Video(video, height=height) as v:
+        h, w = v.size
+        if isinstance(n, int) and n > 0:  # PNGs of every frame plus the contact sheet hold them all at once
+            check_allocation("n", n, 2 * n * h * w * 3, f"ask for fewer frames (each is {w}x{h}), or pass --height")
         idx = v.sample_indices(n)
         frames = v.get_frames(idx)
         fps = v.fps
@@ -70,6 +76,9 @@ def overlay(
         raise InputError("motion", motion, "choose either --masks or --motion, not both")
     if not 0 <= alpha <= 1:
         raise InputError("alpha", alpha, "use a value in [0, 1]")
+    out = check_output_file(out, suffixes=(".mp4",))
+    if Path(video).resolve() == out.resolve():
+        raise InputError("--out", str(out), "is the input video; choose another file name")
     v = Video(video, height=height)
     id_maps = None
     if masks is not None:
@@ -117,11 +126,7 @@ def _motion_segmenter():
 
 
 def _fit(maps: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    if maps.shape[1:] == size:
-        return maps
-    import cv2
-
-    return np.stack([cv2.resize(m, (size[1], size[0]), interpolation=cv2.INTER_NEAREST) for m in maps])
+    return resize_frames(maps, size, "nearest")  # ids are labels: never blend them
 
 
 def _save_png(path: Path, image: np.ndarray, Image) -> str:

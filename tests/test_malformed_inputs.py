@@ -152,3 +152,61 @@ def test_web_maps_malformed_inputs_to_gr_errors_without_server_paths(verb, media
         message = str(e.value)
         assert str(media["dir"]) not in message and "Errno" not in message, message
         assert os.sep + "tmp" not in message, message
+
+
+VIDEO_TOOLS = {  # verb -> (CLI argv after the video, batch args besides the video)
+    "video.probe": ([], {}),
+    "video.sample": (["-n", "4"], {"n": 4}),
+    "video.overlay": (["--motion"], {"motion": True}),
+}
+
+
+@pytest.mark.parametrize("verb", sorted(VIDEO_TOOLS))
+def test_video_tools_on_broken_files(verb, media, tmp_path, capsys):
+    extra, batch_args = VIDEO_TOOLS[verb]
+    out = ["-o", str(tmp_path / ("o.mp4" if verb == "video.overlay" else "o"))] if verb != "video.probe" else []
+    for kind, path in media["bad"].items():
+        code, err = run_cli([*verb.split("."), str(path), *extra, *out], capsys)
+        assert_clean(code, err, path.name)
+    code, err = run_cli([*verb.split("."), str(media["unicode"]), *extra, *out], capsys)
+    assert code == 0, err
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps({"id": k, "verb": verb, "args": {"video": str(p), **batch_args}}) + "\n"
+                                for k, p in media["bad"].items()), encoding="utf-8")
+    summary = run_batch(manifest, tmp_path / "batch", progress=False)
+    assert summary.failed == len(media["bad"])
+    for line in (tmp_path / "batch" / "status.jsonl").read_text().splitlines():
+        assert "traceback" not in json.loads(line)
+
+
+def test_absurd_requests_are_bounded_before_allocating(media, tmp_path, capsys):
+    code, err = run_cli(["video", "sample", str(media["good"]), "-n", "100000000", "-o", str(tmp_path / "s")], capsys)
+    assert_clean(code, err, "n=")
+    assert "GiB" in err
+    code, err = run_cli(["video", "overlay", str(media["good"]), "--motion", "-o", str(media["good"])], capsys)
+    assert_clean(code, err, "--out")  # the output may not be the input
+    code, err = run_cli(["serve", "--port", "99999"], capsys)
+    assert code == 2 and "65535" in err
+
+
+def test_sigterm_leaves_no_temp_files(tmp_path):
+    """A run killed with SIGTERM while writing its output removes its half-written temp file."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    frames = np.random.default_rng(0).integers(0, 256, (600, 240, 320, 3), dtype=np.uint8)
+    clip = write_video(tmp_path / "long.mp4", frames, fps=24)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "video", "overlay", str(clip), "--motion", "-o", str(out / "o.mp4")],
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not any(p.name.startswith(".") for p in out.iterdir()) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)  # wait for the temp file to appear
+    assert proc.poll() is None, "finished before it could be interrupted"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert list(out.iterdir()) == []

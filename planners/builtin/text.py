@@ -7,6 +7,7 @@ cached per string, since prompts and options repeat a lot in practice and in tra
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +17,8 @@ import torch
 from core.errors import MissingDependencyError
 
 EMBED_DIM = 384
+MAX_TOKENS = 64  # what the built-in models were trained with
+logger = logging.getLogger(__name__)
 
 
 def minilm_path() -> Path:
@@ -43,7 +46,12 @@ class MiniLM:
 
     @torch.no_grad()
     def _forward(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=64, return_tensors="pt").to(self.device)
+        for text in texts:  # the model reads at most MAX_TOKENS tokens: say so rather than cut silently
+            n = len(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+            if n > MAX_TOKENS:
+                logger.warning("the built-in text encoder reads %d of the %d tokens of %r...: the rest is ignored",
+                               MAX_TOKENS, n, text[:60])
+        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="pt").to(self.device)
         return self.model(**enc).last_hidden_state, enc["attention_mask"]
 
     def _cached(self, kind: str, texts: Sequence[str], compute) -> list[torch.Tensor]:
