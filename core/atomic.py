@@ -53,3 +53,15 @@ def _json_default(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
     raise TypeError(f"cannot serialise {type(obj).__name__} to JSON")
+
+
+def json_safe(value: Any) -> Any:
+    """Arrays to lists, numpy scalars to numbers, Paths to strings, recursively (for JSON and the web)."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    try:
+        return _json_default(value)
+    except TypeError:
+        return value

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from core.atomic import atomic_path, write_json_atomic
+from core.atomic import atomic_path, json_safe, write_json_atomic
 from core.device import select_device, select_dtype
 from core.errors import AtelierError, InputError
 
@@ -669,18 +669,3 @@ def _save_npy(directory: Path, name: str, value: Any, fps: float) -> None:
 _SAVERS: dict[str, Callable[[Path, str, Any, float], None]] = {
     "video": _save_video, "image": _save_image, "masks": _save_masks, "keypoints": _save_keypoints, "npy": _save_npy,
 }
-
-
-def json_safe(value: Any) -> Any:
-    """Arrays to lists, numpy scalars to Python numbers, recursively (for JSON and the web)."""
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    return value

@@ -56,7 +56,8 @@ def holistic_rule(answer: int, conf: float = 0.7) -> Rule:
 
 
 class FakeVLM:
-    """A ``VisionLanguageModel`` whose posterior is ``rule(frame ids, |options|)``; records every call."""
+    """A GridProbe ``ProbeModel`` (plus ``generate`` / ``encode_images`` / ``encode_text`` for the
+    baselines) whose posterior is ``rule(frame ids, |options|)``; records every call."""
 
     backend = "fake"
 
@@ -73,8 +74,9 @@ class FakeVLM:
         self.calls.append({"n_frames": len(ids), "ids": ids, "size": tuple(frames.shape[1:3]), "prompt": prompt, "times": relative_times})
         return np.log(self.rule(ids, len(options)))
 
-    def generate(self, frames: np.ndarray, prompt: str, max_new_tokens: int = 32) -> str:
-        return "A"
+    def generate(self, messages, max_new_tokens: int = 32, do_sample: bool = False, temperature: float = 1.0,
+                 top_p: float = 1.0, num_return_sequences: int = 1, generator=None) -> list[str]:
+        return ["A"] * num_return_sequences
 
     def _axis(self, k: int) -> np.ndarray:
         v = np.zeros(self.dim, np.float32)
