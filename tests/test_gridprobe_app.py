@@ -140,6 +140,8 @@ def test_web_tab_builds_and_answers(tiny_vlm_dirs, clip):
     assert summary["pool_size"] == 4 and text.startswith("### ") and "TFLOPs" in text
     assert heat.dtype == np.uint8 and heat.ndim == 3 and strip.shape[-1] == 3
     assert set(chart) == {"A. x", "B. y", "C. z"} and sum(chart.values()) == pytest.approx(1, abs=1e-5)
+    assert app.web_check({"video": str(clip)}, {"grid": 12}) and "30 frames" in app.web_check({"video": str(clip)}, {"grid": 12})[0]
+    assert app.web_check({"video": str(clip)}, {"grid": 4}) == []  # 16 <= 30 frames: no warning
     with pytest.raises(gr.Error, match="options") as e:
         run_in_web(app, settings, values("Which?", "only one", grid=2))
     assert str(clip.parent) not in str(e.value)  # no server paths
