@@ -139,18 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=_cmd_demo)
 
-    from training.common import TRAINING_TIME
+    from training.common import training_time_help
 
     p = sub.add_parser("train", help="train a built-in model (vit, vlm)", formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Train a built-in model from scratch on worldgen data streamed on the fly (no dataset files), "
                                    "evaluate it on held-out seeds and write weights, train_config.json (the recipe), eval.json and "
                                    "card.md to OUT. Resumes from OUT/run/checkpoint with the recipe saved in OUT (--steps overrides it). "
                                    "The shipped weights (weights/builtin/MODEL) are overwritten only when --out names them.",
-                       epilog="training time (measured: each card's \"Training time\" note):\n"
-                              f"  vit: {TRAINING_TIME['vit']}\n  vlm: {TRAINING_TIME['vlm']}\n"
-                              "  Under load it is several times slower (a busy 2-core machine ran the ViT at ~9 s/step: 2 h for\n"
-                              "  800 steps). Check yours first: --steps 20 logs sec_per_step (vlm adds warm starts and evaluation).\n"
-                              "examples:\n"
+                       epilog=training_time_help() + "\nexamples:\n"
                               "  atelier train vit                                  # -> outputs/train/vit\n"
                               "  atelier train vit --steps 20 --out /tmp/vit-speed  # how fast is this machine?\n"
                               "  atelier train vlm --vit outputs/train/vit          # a VLM on your ViT -> outputs/train/vlm\n"

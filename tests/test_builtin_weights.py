@@ -31,7 +31,25 @@ def test_card_reports_the_evaluation_and_size_limit(model):
     scalars = {k: v for k, v in evaluation.items() if not isinstance(v, list)}  # lists (sample counts) are shown as text
     assert _card_numbers(d) == {k: (None if v is None else float(v)) for k, v in scalars.items()}
     assert (d / "model.safetensors").stat().st_size <= 40 * 2**20
-    assert "Reproduce" in (d / "card.md").read_text()
+    assert "Reproduce" in (d / "card.md").read_text() and "## Design notes and measurements" in (d / "card.md").read_text()
+
+
+@pytest.mark.parametrize("model", ["vit", "vlm"])
+def test_train_config_beside_the_weights_is_the_recipe_default(model):
+    """The shipped runs predate train_config.json: theirs is reconstructed from the cards and the code defaults."""
+    from planners.builtin.vit import ViTConfig
+    from training.common import load_recipe
+    from training.vit import ViTTrainConfig
+    from training.vlm import VLMTrainConfig
+
+    d = _need(model)
+    cls = {"vit": ViTTrainConfig, "vlm": VLMTrainConfig}[model]
+    saved = load_recipe(cls, d)
+    if model == "vlm":  # filled in from the ViT and the vocabulary when the run started
+        assert saved.architecture.vit == ViTConfig() and len(saved.architecture.vocab) > 3
+        saved.architecture.vit, saved.architecture.vocab, saved.architecture.count_words = ViTConfig(), [], []
+    assert saved == cls().resolved()
+    assert "reconstructed" in json.loads((d / "train_config.json").read_text())["provenance"]
 
 
 def test_vit_slice_reproduces_the_card():

@@ -1,6 +1,10 @@
 """The training loop (determinism, resume) and a few real steps of each built-in objective."""
 
+import json
+import re
+
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -138,8 +142,12 @@ def test_vlm_posterior_mixes_with_uniform_by_sufficiency():
     items = [{"patches": torch.randn(3, 8, 8, 32), "frame_emb": torch.randn(3, 384), "question": torch.randn(5, 384), "options": torch.randn(n, 384)} for n in (4, 2)]
     batch = collate(items)
     with torch.no_grad():
-        logp = model.option_logits(model.encode(batch), batch["option_mask"])
+        enc = model.encode(batch)
+        assert enc.option_grounding is None and enc.sufficiency_logit is None  # caches, filled by the read-outs
+        logp = model.option_logits(enc, batch["option_mask"])
         assert torch.allclose(logp.exp().sum(-1), torch.ones(2), atol=1e-5) and torch.isinf(logp[1, 2:]).all()
+        assert enc.sufficiency_logit.shape == (2,) and enc.option_grounding.shape == (2, 4, 3) and enc.probe_grounding is not None
+        assert model.grounding(enc) is enc.option_grounding  # computed once per encoding
         torch.nn.init.constant_(model.sufficiency_out.bias, -40.0)  # "the frames decide nothing" -> uniform
         p = model.option_logits(model.encode(batch), batch["option_mask"]).exp()
     assert torch.allclose(p[0], torch.full((4,), 0.25), atol=1e-4) and torch.allclose(p[1, :2], torch.full((2,), 0.5), atol=1e-4)
@@ -156,3 +164,115 @@ def test_card_target_summary_names_every_miss_with_its_value():
     assert "`calib_gap_*` >= 0.25: met by all 1" in lines[2]
     assert "calib32_gap_counting 0.100" in lines[3]
     assert "missed (0.700)" in lines[4]
+
+
+# ---------------------------------------------------------------------------- recipes, output folders, the package
+
+
+def test_vlm_training_package_keeps_its_names_and_entry_point(capsys):
+    import training.vlm as vlm
+    from training.vlm import data, evaluation, objective, train, warm_starts
+
+    used_elsewhere = ["VLMDataConfig", "VLMObjective", "caption_vocab", "evaluate_vlm", "make_items", "warm_start_motion", "attribute_phrases",
+                      "warm_start_attributes", "target_summary", "calibration_gaps", "frame_times", "render", "train_vlm", "main", "VLMTrainConfig"]
+    assert all(callable(getattr(vlm, name)) for name in used_elsewhere)
+    assert (vlm.make_items, vlm.VLMObjective, vlm.warm_start_motion, vlm.evaluate_vlm, vlm.train_vlm) == (
+        data.make_items, objective.VLMObjective, warm_starts.warm_start_motion, evaluation.evaluate_vlm, train.train_vlm)
+    with pytest.raises(SystemExit) as exit_:
+        vlm.main(["--help"])
+    assert exit_.value.code == 0 and "--vit" in capsys.readouterr().out
+
+
+def test_recipes_round_trip_through_train_config_json(tmp_path):
+    from training.common import load_recipe, save_recipe
+    from training.vit import ViTTrainConfig
+    from training.vlm import VLMDataConfig, VLMTrainConfig
+
+    vlm = VLMTrainConfig(steps=20).resolved()
+    assert (vlm.warmup, vlm.data.curriculum_steps) == (3, 10) and VLMTrainConfig().resolved().warmup == 141  # the shipped run's
+    save_recipe(vlm, tmp_path, "vlm", "a test")
+    back = load_recipe(VLMTrainConfig, tmp_path)
+    assert back == vlm and isinstance(back.data, VLMDataConfig) and isinstance(back.data.kind_weights, tuple)
+    assert isinstance(back.architecture.vit, ViTConfig)
+    saved = json.loads((tmp_path / "train_config.json").read_text())
+    assert (saved["model"], saved["recipe"], saved["provenance"]) == ("builtin-vlm", "VLMTrainConfig", "a test")
+    vit = ViTTrainConfig().resolved()
+    save_recipe(vit, tmp_path / "vit", "vit", "a test")
+    assert load_recipe(ViTTrainConfig, tmp_path / "vit") == vit and vit.warmup == 81 and load_recipe(ViTTrainConfig, tmp_path / "none") is None
+
+
+def test_train_vit_saves_its_recipe_and_a_resumed_run_reads_it_back(tmp_path, monkeypatch):
+    import training.vit as tv
+    from training.common import load_recipe
+
+    monkeypatch.setattr(tv, "evaluate_vit", lambda model, text, *a, **k: {"zeroshot_color_acc@64": 0.5})  # the full one takes minutes
+    recipe = tv.ViTTrainConfig(steps=2, ckpt_every=1, data=tv.ViTDataConfig(batch_size=4), architecture=ViTConfig(width=32, depth=1, heads=2))
+    out = tmp_path / "vit"
+    tv.train_vit(out, recipe=recipe, progress=False)
+    assert {"model.safetensors", "config.json", "train_config.json", "card.md", "eval.json"} <= {p.name for p in out.iterdir()}
+    assert load_recipe(tv.ViTTrainConfig, out) == recipe.resolved()
+    assert "Design notes and measurements" in (out / "card.md").read_text()  # carried over from the shipped card
+    tv.train_vit(out, steps=3, progress=False)  # resumes: the saved recipe (this tiny ViT), one more step
+    again = load_recipe(tv.ViTTrainConfig, out)
+    assert again.steps == 3 and again.architecture.width == 32 and again.data.batch_size == 4
+    assert json.loads((out / "run" / "history.json").read_text())["history"][-1]["step"] == 3
+
+
+def test_train_vlm_saves_its_recipe_and_a_resumed_run_reads_it_back(tmp_path, monkeypatch):
+    import training.vlm.train as tt
+    from training.common import load_recipe
+    from training.vlm import VLMDataConfig, VLMTrainConfig, caption_vocab
+
+    BuiltinViT(ViTConfig(width=32, depth=1, heads=2)).save_pretrained(tmp_path / "vit")
+    monkeypatch.setattr(tt, "evaluate_vlm", lambda model, objective, *a, **k: {"acc_overall": 0.5})
+    monkeypatch.setattr(tt, "native_bf16", lambda: False)  # as on an AVX2-only CPU: bf16 autocast would be emulated
+    recipe = VLMTrainConfig(steps=1, ckpt_every=1, vit=str(tmp_path / "vit"), attribute_worlds=1, attribute_frames=1, attribute_steps=2,
+                            motion_clips=1, motion_steps=1, motion_trajectories=8, architecture=VLMConfig(d_model=32, layers=1, heads=2),
+                            data=VLMDataConfig(batch_size=2, caption_items=1, max_frames_start=4, max_frames_end=4, trajectories=8))
+    out = tmp_path / "vlm"
+    tt.train_vlm(out, recipe=recipe, progress=False)
+    saved = load_recipe(VLMTrainConfig, out)
+    assert saved.architecture.vit == ViTConfig(width=32, depth=1, heads=2) and saved.architecture.vocab == caption_vocab()
+    assert BuiltinVLMModel.is_saved_in(out) and "Design notes and measurements" in (out / "card.md").read_text()
+    assert saved.fast_vit is False  # adjusted (with a warning) and recorded
+    tt.train_vlm(out, steps=2, progress=False)  # resumes with the saved recipe
+    again = load_recipe(VLMTrainConfig, out)
+    assert again.steps == 2 and again.architecture.d_model == 32 and again.vit == str(tmp_path / "vit")
+
+
+def test_output_folder_rules(tmp_path):
+    from core.errors import InputError
+    from training.common import SHIPPED, check_out_dir, check_vit_dir
+
+    assert check_out_dir(tmp_path / "new", "vit") == tmp_path / "new" and check_out_dir(tmp_path, "vlm") == tmp_path  # new / empty
+    assert check_out_dir(SHIPPED / "vit", "vit") == SHIPPED / "vit"  # named explicitly: allowed
+    refusals = {
+        "shipped vit weights; to overwrite them, pass --out": lambda: check_out_dir(SHIPPED / "vit", "vit", explicit=False),
+        "shipped vlm weights, not a vit run": lambda: check_out_dir(SHIPPED / "vlm", "vit"),
+    }
+    (tmp_path / "file.txt").write_text("x")
+    refusals["that is a file"] = lambda: check_out_dir(tmp_path / "file.txt", "vit")
+    (tmp_path / "unrelated").mkdir()
+    (tmp_path / "unrelated" / "notes.txt").write_text("x")
+    refusals["1 entries and no saved model"] = lambda: check_out_dir(tmp_path / "unrelated", "vlm")
+    BuiltinViT(ViTConfig(width=32, depth=1, heads=2)).save_pretrained(tmp_path / "a_vit")
+    refusals["a saved builtin-vit model, not an earlier `atelier train vlm` run"] = lambda: check_out_dir(tmp_path / "a_vit", "vlm")
+    refusals["no built-in ViT there"] = lambda: check_vit_dir(tmp_path / "unrelated")
+    for message, call in refusals.items():
+        with pytest.raises(InputError, match=re.escape(message)):
+            call()
+    assert check_out_dir(tmp_path / "a_vit", "vit") == tmp_path / "a_vit" and check_vit_dir(tmp_path / "a_vit") == tmp_path / "a_vit"
+
+
+def test_cli_train_refuses_bad_out_and_vit_before_training(tmp_path, capsys):
+    from app.cli import main
+    from training.common import SHIPPED
+
+    (tmp_path / "file.txt").write_text("x")
+    cases = {("vit", "--out", str(tmp_path / "file.txt")): "that is a file",
+             ("vit", "--out", str(SHIPPED / "vlm")): "shipped vlm weights",
+             ("vlm", "--out", str(tmp_path / "new"), "--vit", str(tmp_path / "missing")): "no built-in ViT there"}
+    for args, message in cases.items():
+        assert main(["train", *args]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()

@@ -13,30 +13,32 @@ own description with one object's shape or size swapped), and an auxiliary multi
 pooled state predicts which colours, shapes and sizes are present [PROPOSED: the issue asks for
 contrastive training; the head is a training signal only and is not shipped]. The architecture
 matters more than either (see planners/builtin/vit.py: conv stem with pooling, LayerScale, max
-pooling): without those, even a supervised shape classifier on this ViT stayed at chance.
+pooling; the card's "Design notes and measurements" say what happened without them).
 
 Evaluation (held-out test-split seeds the training never draws):
   - zero-shot colour / shape / size classification of single-object frames by nearest prompt;
   - text -> frame retrieval R@1 among 100 frames.
+
+The recipe is ``ViTTrainConfig``, saved as ``train_config.json`` beside the weights.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.frames import resize_frames
 from planners.builtin.text import MiniLM
 from planners.builtin.vit import BuiltinViT, ViTConfig
+from training.common import check_out_dir, design_notes, parse_entry_point, run_recipe, save_recipe, sec_per_step
 from training.loop import Trainer, TrainConfig
 from worldgen.captions import pick
 from worldgen.scene import SceneConfig, sample_world
@@ -54,6 +56,28 @@ class ViTDataConfig:
     p_person: float = 0.15
 
 
+@dataclass
+class ViTTrainConfig:
+    """The ViT's training recipe, saved as ``train_config.json`` beside its weights and read back on resume.
+
+    ``None`` fields follow a rule of the steps (``resolved()``); the saved file holds the values used."""
+
+    steps: int = 800
+    seed: int = 0
+    lr: float = 1e-3
+    warmup: int | None = None  # None: min(200, steps // 10 + 1)
+    weight_decay: float = 0.05
+    ema: float | None = None
+    aux_weight: float = 1.0  # the training-only attribute head's loss
+    eval_every: int = 600  # monitoring evaluations (200 attribute frames, 100 retrieval)
+    ckpt_every: int = 100
+    data: ViTDataConfig = field(default_factory=ViTDataConfig)
+    architecture: ViTConfig = field(default_factory=ViTConfig)
+
+    def resolved(self) -> ViTTrainConfig:
+        return replace(self, warmup=min(200, self.steps // 10 + 1) if self.warmup is None else self.warmup)
+
+
 # ---------------------------------------------------------------------------- data
 
 
@@ -64,8 +88,8 @@ def visible_objects(world, frame) -> list[dict]:
 
 def shape_word(shape: str) -> str:
     """The canonical shape noun. MiniLM does not put worldgen's shape synonyms near their canonical
-    word ("ball" lands nearer "star" than "circle", "box" nearer "heart"), so against a frozen text
-    encoder they act as label noise; colour and size synonyms do cluster and are kept."""
+    word (card: "Design notes and measurements"), so against a frozen text encoder they act as label
+    noise; colour and size synonyms do cluster and are kept."""
     return SHAPE_SYNONYMS[shape][0]
 
 
@@ -156,7 +180,7 @@ def make_batch(step: int, cfg: ViTDataConfig, split: str = "train") -> dict:
     pos = np.array([[satisfies(objs, c) for c in cons] for objs in contents])
     images = np.stack(frames)
     if rng.random() < cfg.low_res_fraction:
-        images = np.stack([cv2.resize(f, (32, 32), interpolation=cv2.INTER_AREA) for f in images])
+        images = resize_frames(images, (32, 32), "area")
     return {"images": images, "texts": texts, "positives": pos, "attributes": attribute_targets(contents)}
 
 
@@ -231,10 +255,7 @@ def _single_object_frames(n: int, size: int = 64) -> tuple[np.ndarray, list[dict
         if len(objs) == 1 and box and min(box[0], box[1]) > 0 and box[2] < world.width and box[3] < world.height:  # whole
             frames.append(f.rgb)
             labels.append(objs[0])
-    frames = np.stack(frames)
-    if size != 64:
-        frames = np.stack([cv2.resize(f, (size, size), interpolation=cv2.INTER_AREA) for f in frames])
-    return frames, labels
+    return resize_frames(np.stack(frames), (size, size), "area"), labels
 
 
 @torch.no_grad()
@@ -266,56 +287,66 @@ def evaluate_vit(model: BuiltinViT, text: MiniLM, n_attr: int = 300, n_retrieval
 # ---------------------------------------------------------------------------- entry point
 
 
-def train_vit(out_dir: str | Path, steps: int = 800, batch_size: int = 96, resume: bool = True, seed: int = 0,
-              vit: ViTConfig | None = None, eval_every: int = 600, progress: bool = True) -> dict:
-    """Train, evaluate and write ``out_dir/`` (config.json, model.safetensors, card.md, eval.json)."""
-    out_dir = Path(out_dir)
+def train_vit(out_dir: str | Path, steps: int | None = None, batch_size: int | None = None, resume: bool = True,
+              recipe: ViTTrainConfig | None = None, progress: bool = True) -> dict:
+    """Train, evaluate and write ``out_dir/`` (config.json, model.safetensors, train_config.json, card.md,
+    eval.json). The recipe: ``recipe``, else (resuming) the one saved in ``out_dir``, else the defaults;
+    ``steps`` and ``batch_size`` override it."""
+    out_dir = check_out_dir(out_dir, "vit")
+    r = run_recipe(ViTTrainConfig, out_dir, recipe, resume, steps=steps)
+    if batch_size is not None:
+        r = replace(r, data=replace(r.data, batch_size=batch_size))
+    save_recipe(r, out_dir, "vit", "recorded by training/vit.py when the run started")
     t_start = time.time()
-    torch.manual_seed(seed)
-    model = BuiltinViT(vit or ViTConfig())
+    torch.manual_seed(r.seed)
+    model = BuiltinViT(r.architecture)
     text = MiniLM()
-    data_cfg = ViTDataConfig(batch_size=batch_size)
-    cfg = TrainConfig(steps=steps, lr=1e-3, warmup=min(200, steps // 10 + 1), weight_decay=0.05, ema=None,
-                      eval_every=eval_every, ckpt_every=100, seed=seed)
-    trainer = Trainer(ViTWithAux(model), ViTObjective(text), cfg, out_dir / "run", evaluate=lambda m: evaluate_vit(m.vit, text, 200, 100), progress=progress)
+    cfg = TrainConfig(steps=r.steps, lr=r.lr, warmup=r.warmup, weight_decay=r.weight_decay, ema=r.ema,
+                      eval_every=r.eval_every, ckpt_every=r.ckpt_every, seed=r.seed)
+    trainer = Trainer(ViTWithAux(model), ViTObjective(text, r.aux_weight), cfg, out_dir / "run",
+                      evaluate=lambda m: evaluate_vit(m.vit, text, 200, 100), progress=progress)
     if resume:
         trainer.load_checkpoint()
 
     def batches():
         while True:
-            yield make_batch(trainer.step + seed * 10**5, data_cfg)
+            yield make_batch(trainer.step + r.seed * 10**5, r.data)
 
     trainer.fit(batches())
     final = trainer.eval_model().vit
     metrics = evaluate_vit(final, text)
     wall = time.time() - t_start
-    final.save_pretrained(out_dir, metadata={"steps": steps})
+    final.save_pretrained(out_dir, metadata={"steps": r.steps})
     (out_dir / "eval.json").write_text(json.dumps(metrics, indent=2))
-    write_card(out_dir, final, metrics, steps, batch_size, wall, trainer)
+    write_card(out_dir, final, metrics, r, wall, sec_per_step(trainer.history))
     return metrics
 
 
-def write_card(out_dir: Path, model: BuiltinViT, metrics: dict, steps: int, batch_size: int, wall: float, trainer: Trainer) -> None:
+def write_card(out_dir: Path, model: BuiltinViT, metrics: dict, recipe: ViTTrainConfig, wall: float, sec_per_step: float | None = None) -> None:
+    """``out_dir/card.md``: what the model is, its data, training and evaluation, the table of
+    ``metrics``, and the design notes carried over from the card before it."""
     n_params = sum(p.numel() for p in model.parameters())
     size_mb = (out_dir / "model.safetensors").stat().st_size / 2**20
     rows = "\n".join(f"| {k} | {v} |" for k, v in metrics.items())
+    rate = f", {sec_per_step:.1f} s per step in the loop" if sec_per_step else ""
+    notes = design_notes(out_dir, "vit")
     card = f"""# builtin ViT
 
 A {model.config.depth}-layer, width-{model.config.width} vision transformer (patch {model.config.patch},
 {model.config.image_size}x{model.config.image_size} input, also 32x32) whose pooled output lives in the
 sentence space of all-MiniLM-L6-v2 (384-d). {n_params / 1e6:.2f} M parameters, {size_mb:.1f} MB (safetensors, fp32).
 
-- **Data:** worldgen frames rendered on the fly (train split seeds; 1-3 shapes, 15% with a stick
-  figure; 25% of batches shown at 32x32), each paired with a paraphrased description (colour and
+- **Data:** worldgen frames rendered on the fly (train split seeds; 1-3 shapes, {recipe.data.p_person:.0%} with a stick
+  figure; {recipe.data.low_res_fraction:.0%} of batches shown at 32x32), each paired with a paraphrased description (colour and
   size synonyms, canonical shape nouns), an attribute phrase and a shape/size-swapped hard
   negative; frozen MiniLM embeddings of those texts. No dataset files.
-- **Architecture:** convolutional stem with max-pooling (stride 8), 5 LayerScale transformer
+- **Architecture:** convolutional stem with max-pooling (stride 8), {model.config.depth} LayerScale transformer
   blocks, pooled state = [CLS] + max over patch tokens, linear projection to 384-d.
 - **Objective:** multi-positive InfoNCE at temperature 0.05 with NegCLIP-style hard negatives
   (each frame's description with one shape or size swapped), plus a training-only multi-label
   attribute head on the pooled state (`training/vit.py`).
-- **Training:** {steps} steps x {batch_size} frames, AdamW lr 1e-3, warmup + cosine; wall time
-  {wall / 60:.1f} min on this machine's 2 CPU cores (including evaluation).
+- **Training:** {recipe.steps} steps x {recipe.data.batch_size} frames, AdamW lr {np.format_float_scientific(recipe.lr, trim="-", exp_digits=1)}, warmup + cosine; wall time
+  {wall / 60:.1f} min on this machine's 2 CPU cores (including evaluation{rate}).
 - **Evaluation** (test-split seeds, never drawn in training; `evaluate_vit`): zero-shot attribute
   classification of 300 single-object frames by nearest prompt ("something red", "a star",
   "a small object"); text->frame retrieval R@1 among 100 frames with 1-3 objects.
@@ -324,20 +355,15 @@ sentence space of all-MiniLM-L6-v2 (384-d). {n_params / 1e6:.2f} M parameters, {
 |---|---|
 {rows}
 
-Reproduce: `atelier train vit` (or `make weights`).
-"""
+Reproduce: `atelier train vit --out DIR` with the recipe in `train_config.json`; `make weights` rewrites the shipped weights.
+{notes and chr(10) + notes}"""
     (out_dir / "card.md").write_text(card)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Train the built-in ViT (see training/vit.py)")
-    ap.add_argument("--out", default="weights/builtin/vit")
-    ap.add_argument("--steps", type=int, default=800)
-    ap.add_argument("--batch-size", type=int, default=96)
-    ap.add_argument("--no-resume", action="store_true")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    print(json.dumps(train_vit(args.out, args.steps, args.batch_size, resume=not args.no_resume), indent=2))
+    batch = lambda ap: ap.add_argument("--batch-size", type=int, help=f"frames per step (default {ViTDataConfig.batch_size})")  # noqa: E731
+    args, out = parse_entry_point("vit", "training/vit.py", ViTTrainConfig.steps, argv, batch)
+    print(json.dumps(train_vit(out, args.steps, args.batch_size, resume=not args.no_resume), indent=2))
     return 0
 
 

@@ -38,8 +38,8 @@ class Block(nn.Module):
     """Pre-norm transformer block (SDPA attention, GELU MLP) with LayerScale.
 
     LayerScale (Touvron et al. 2021) starts each residual branch near zero, so a fresh stack is
-    close to the identity and the stem's features reach the output intact; without it the
-    randomly initialised blocks drowned the shape signal and a 5-block ViT learned no shape at all."""
+    close to the identity and the stem's features reach the output intact instead of drowning in
+    randomly initialised blocks (what that cost: the card's "Design notes and measurements")."""
 
     def __init__(self, width: int, heads: int, mlp_ratio: int, layer_scale: float = 1e-2):
         super().__init__()
@@ -60,7 +60,7 @@ class Block(nn.Module):
 
 def _init_weights(m: nn.Module) -> None:
     """The usual ViT init: small normal linear weights, zero biases. PyTorch's default (Kaiming-uniform)
-    makes the residual stream of a few random blocks swamp the stem's signal, and shape never trains."""
+    makes the residual stream of a few random blocks swamp the stem's signal."""
     if isinstance(m, nn.Linear):
         nn.init.trunc_normal_(m.weight, std=0.02)
         if m.bias is not None:
@@ -84,10 +84,9 @@ class BuiltinViT(nn.Module):
         self.config = c = config or ViTConfig()
         grid = c.image_size // c.patch
         if c.stem == "conv":
-            # A convolutional stem with max-pooling (a hybrid ViT). The plain linear patchify, and a
-            # strided-conv stem, learned colour and size quickly but left shape at chance: shapes
-            # straddle patch borders and a ViT lacks the translation invariance to pick them up from
-            # this much data. The same conv+pool layers alone learn shape in ~150 steps.
+            # A convolutional stem with max-pooling (a hybrid ViT): shapes straddle patch borders, and
+            # a ViT lacks the translation invariance to pick them up from this much data; conv + pool
+            # layers have it (the card's "Design notes and measurements": what the other stems did).
             assert c.patch == 8, "the conv stem has stride 8"
             self.patch_embed = nn.Sequential(
                 nn.Conv2d(3, 32, 3, 1, 1), nn.ReLU(), nn.MaxPool2d(2),

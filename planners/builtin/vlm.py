@@ -29,8 +29,7 @@ the question to the referent's, so conjunctions (colour from the question, shape
 are one bilinear match. A zero-shot prior starts the head off: the cosine of the referent's MiniLM
 embedding with each frame's ViT embedding (the ViT is aligned to MiniLM) plus the cosine of the
 question's own embedding, which supplies the conjunction's other half; the question sets both
-weights. (Measured on the first model of this design: the learned bilinear part alone ranks frames
-at chance, AUC 0.45-0.47, so in practice the priors do the grounding and training tunes their mix.)
+weights; in practice the priors do the grounding and training tunes their mix.
 Frame-level embeddings mix every object in a frame, so they cannot bind "purple" to "star" when a
 frame shows a purple circle and a red star; the timelines therefore also get an object-level
 detector's evidence [PROPOSED]: a small head on the frozen ViT's patch tokens gives each patch
@@ -44,9 +43,11 @@ for its two best options and its margin between them, the count estimate, how al
 frames are and the span of time they cover) [PROPOSED], trained on
 the same "determined by these frames" labels as the answer targets: GridProbe reads confidence.
 Training supervises the timelines densely (which frames show the option's referent), so the model
-learns to look before it learns to answer;
-a plain linear read-out of the option token stayed at chance for hundreds of steps because the
-option tokens had to discover, through the answer loss alone, which of ~500 frame tokens to attend.
+learns to look before it learns to answer, instead of discovering through the answer loss alone
+which of ~500 frame tokens to attend.
+
+The numbers behind these choices (what was tried, what it measured) are in the model card,
+weights/builtin/vlm/card.md, "Design notes and measurements".
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.errors import InputError
 from core.weights_io import load_state_dict
 from planners.builtin.vit import Block, BuiltinViT, ViTConfig, save_builtin
 
@@ -67,6 +69,7 @@ TEXT_DIM = 384  # MiniLM
 KIND = "builtin-vlm"  # the "model" entry of a saved VLM's config.json
 TRAJECTORY_POINTS = 12
 SUFFICIENCY_STATS = 19
+GROUNDING_CACHE = {"option_states": "option_grounding", "probe_states": "probe_grounding"}  # which -> Encoding field
 
 
 @dataclass
@@ -109,6 +112,35 @@ class CaptionDecoder(nn.Module):
         return self.out(self.layers(h, memory, tgt_mask=causal, memory_key_padding_mask=memory_pad))
 
 
+@dataclass
+class Encoding:
+    """What ``BuiltinVLMModel.encode`` returns for a collated batch: the encoder's states and the inputs
+    the read-outs need. B items, L sequence tokens, O options, C count probes, T frames (padded),
+    P merged tokens per frame, Pv ViT patches per frame.
+
+    The last three fields are caches, None until a read-out fills them: the answer and the training
+    losses both read the grounding timelines, and the sufficiency loss reads the gate behind a posterior.
+    """
+
+    hidden: torch.Tensor  # (B, L, d) the encoder's output, which the caption decoder attends to
+    valid: torch.Tensor  # (B, L) bool: False on padding
+    question_state: torch.Tensor  # (B, d) mean state of the question tokens
+    question_emb: torch.Tensor  # (B, 384) the question's MiniLM sentence embedding
+    option_states: torch.Tensor  # (B, O, d)
+    probe_states: torch.Tensor  # (B, C, d) the count probes'
+    motion_embedding: torch.Tensor  # (B, d) the salient object's trajectory, embedded
+    frame_states: torch.Tensor  # (B, T, P, d)
+    frame_mask: torch.Tensor  # (B, T) bool
+    options: torch.Tensor  # (B, O, 384) the options' MiniLM embeddings
+    frame_emb: torch.Tensor  # (B, T, 384) the frames' ViT embeddings
+    where: torch.Tensor  # (B, T, 2) the salient object's position per frame, in [-1, 1]
+    attributes: torch.Tensor  # (B, T, Pv, 1 + colors + shapes) the patch attribute detector's probabilities
+    frame_time: torch.Tensor  # (B, T) when each frame was taken, in [0, 1]
+    option_grounding: torch.Tensor | None = None  # cache: (B, O, T) logits, ``grounding(enc, "option_states")``
+    probe_grounding: torch.Tensor | None = None  # cache: (B, C, T) logits, ``grounding(enc, "probe_states")``
+    sufficiency_logit: torch.Tensor | None = None  # cache: (B,) the gate of the last ``option_logits(enc, ...)``
+
+
 class BuiltinVLMModel(nn.Module):
     def __init__(self, config: VLMConfig):
         super().__init__()
@@ -140,7 +172,7 @@ class BuiltinVLMModel(nn.Module):
         self.objectness = nn.Sequential(nn.LayerNorm(w), nn.Linear(w, 64), nn.GELU(), nn.Linear(64, 1))
         self.where_offset, self.where_in = nn.Linear(w, 2), nn.Linear(2, d)
         # how much the referent's and the question's embeddings enter the prior, per question: one shared
-        # scale settled on a mix that suits no kind (needle: 10 : 27, while 1 : 1 grounds better)
+        # scale settles on a mix that suits no kind
         self.prior_weights = nn.Linear(d, 3)
         nn.init.zeros_(self.prior_weights.weight)
         with torch.no_grad():
@@ -181,10 +213,8 @@ class BuiltinVLMModel(nn.Module):
         """The frame's salient-object centre ``(N, 2)`` in [-1, 1]: a soft-argmax of a learned objectness
         over the ViT's patch grid (8x8 at 64x64), each patch adding a bounded sub-cell offset.
 
-        Read from the frozen ViT's patch tokens, not the merged ones: the 4x4 merged grid and a
-        trainable input left it ~6 px off (RMSE 0.18), too coarse to tell a stop-and-go from a circle;
-        on the frozen 8x8 grid the same kind of head reaches ~0.5 px after a few hundred steps
-        (measured offline). Motion is then a comparison of a few numbers across frames."""
+        Read from the frozen ViT's patch tokens, not the merged ones: the 4x4 merged grid is too coarse
+        to tell a stop-and-go from a circle. Motion is then a comparison of a few numbers across frames."""
         n, gh, gw, w = patches.shape
         t = patches.reshape(n, gh * gw, w)
         gy, gx = torch.meshgrid(torch.linspace(-1, 1, gh, device=t.device), torch.linspace(-1, 1, gw, device=t.device), indexing="ij")
@@ -195,9 +225,7 @@ class BuiltinVLMModel(nn.Module):
 
     def patch_attributes(self, patches: torch.Tensor) -> torch.Tensor:
         """``(N, gh, gw, w)`` patch tokens -> ``(N, gh*gw, 1 + colors + shapes)``: P(object) and, given an
-        object, P(colour) and P(shape) of the object covering each patch. (Measured with a head like this
-        on the frozen ViT: patch colour 98% / shape 80% at 64x64, 94% / 67% at 32x32; picking the needle's
-        shape by the best "purple AND star" patch answered 39 of 40 held-out needle questions.)"""
+        object, P(colour) and P(shape) of the object covering each patch."""
         c = self.config
         o = self.attributes(patches.flatten(1, 2))
         obj = torch.sigmoid(o[..., :1])
@@ -209,19 +237,19 @@ class BuiltinVLMModel(nn.Module):
         o = self.text_attributes(F.normalize(text, dim=-1))
         return F.softmax(o[..., : self.config.colors + 1], -1), F.softmax(o[..., self.config.colors + 1 :], -1)
 
-    def detector(self, enc: dict, text: torch.Tensor) -> torch.Tensor:
+    def detector(self, enc: Encoding, text: torch.Tensor) -> torch.Tensor:
         """``(B, O, T)`` in [0, 1]: the best patch of each frame showing an object with the colour and
         shape the referent ``text`` ``(B, O, 384)`` names, what it leaves open filled in from the question
         ("star" x "the purple object ..." -> a purple star; "red" x "How many stars ..." -> a red star)."""
         nc = self.config.colors
         r_col, r_shp = self.text_attribute_probs(text)
-        q_col, q_shp = self.text_attribute_probs(enc["question_emb"])
+        q_col, q_shp = self.text_attribute_probs(enc.question_emb)
 
         def need(r, q):  # the referent's requirement, else the question's, else any object
             return r[..., :-1] + r[..., -1:] * q[:, None, :-1], r[..., -1] * q[:, None, -1]
 
         (a, a_any), (b, b_any) = need(r_col, q_col), need(r_shp, q_shp)
-        attr = enc["attributes"]  # (B, T, P, 1 + colors + shapes)
+        attr = enc.attributes  # (B, T, Pv, 1 + colors + shapes)
         col_ok = torch.einsum("boc,btpc->botp", a, attr[..., 1 : 1 + nc]) + a_any[..., None, None]
         shp_ok = torch.einsum("bos,btps->botp", b, attr[..., 1 + nc :]) + b_any[..., None, None]
         return (attr[..., 0][:, None] * col_ok * shp_ok).amax(-1)
@@ -250,8 +278,8 @@ class BuiltinVLMModel(nn.Module):
         return table[lo] * (1 - w) + table[lo + 1] * w
 
     # ---- the encoder
-    def encode(self, batch: dict) -> dict:
-        """Run the encoder on a collated batch (see ``collate``); returns hidden states and masks."""
+    def encode(self, batch: dict) -> Encoding:
+        """Run the encoder on a collated batch (see ``collate``)."""
         d = self.config.d_model
         # each frame token also gets the frame's ViT embedding through the options' projection: text
         # and image share MiniLM space, so an option and the frames showing it start out similar
@@ -278,13 +306,11 @@ class BuiltinVLMModel(nn.Module):
         qm = batch["question_mask"].unsqueeze(-1).float()
         # MiniLM's sentence embedding of the question is the mean of its token states, normalised
         question_emb = F.normalize((batch["question"] * qm).sum(1), dim=-1)
-        return {"hidden": x, "valid": valid, "question_state": (x[:, :nq] * qm).sum(1) / qm.sum(1).clamp(min=1),
-                "question_emb": question_emb,
-                "option_states": x[:, nq : nq + no], "probe_states": x[:, nq + no : nq + no + nc - 1],
-                "motion_embedding": motion,
-                "frame_states": x[:, nq + no + nc :].reshape(B, Tm, P, d), "frame_mask": batch["frame_mask"],
-                "options": batch["options"], "frame_emb": _padded(batch["frame_emb"], batch["frame_mask"]), "where": where_t,
-                "attributes": _padded(attributes, batch["frame_mask"]), "frame_time": batch["frame_time"]}
+        return Encoding(hidden=x, valid=valid, question_state=(x[:, :nq] * qm).sum(1) / qm.sum(1).clamp(min=1), question_emb=question_emb,
+                        option_states=x[:, nq : nq + no], probe_states=x[:, nq + no : nq + no + nc - 1], motion_embedding=motion,
+                        frame_states=x[:, nq + no + nc :].reshape(B, Tm, P, d), frame_mask=batch["frame_mask"], options=batch["options"],
+                        frame_emb=_padded(batch["frame_emb"], batch["frame_mask"]), where=where_t,
+                        attributes=_padded(attributes, batch["frame_mask"]), frame_time=batch["frame_time"])
 
     def motion_token(self, where: torch.Tensor, frame_mask: torch.Tensor) -> torch.Tensor:
         """The per-frame object positions resampled to a fixed-length trajectory and embedded:
@@ -298,40 +324,42 @@ class BuiltinVLMModel(nn.Module):
     def motion_embedding(self, trajectory: torch.Tensor) -> torch.Tensor:
         """An MLP over a trajectory ``(B, TRAJECTORY_POINTS, 2)`` and its steps -> ``(B, d)``; the
         training-only ``motion_head`` reads the motion class from it linearly, so the caption decoder
-        can too. (A GRU over the raw sequence learned far slower.)"""
+        can too."""
         steps = (trajectory[:, 1:] - trajectory[:, :-1]) * 5  # steps are small
         return self.trajectory(torch.cat([trajectory.flatten(1), steps.flatten(1)], 1))
 
-    def grounding(self, enc: dict, which: str = "option_states") -> torch.Tensor:
-        """Logits that each option (or count probe) is visible in each frame: ``(B, O, T)``, max over the
-        frame's tokens. Kept in ``enc``: the read-out and the training loss both need them."""
-        key = f"grounding:{which}"
-        if key not in enc:
-            enc[key] = self._grounding(enc, which)
-        return enc[key]
+    def grounding(self, enc: Encoding, which: str = "option_states") -> torch.Tensor:
+        """Logits that each option (``which="option_states"``) or count probe (``"probe_states"``) is
+        visible in each frame: ``(B, O, T)``, max over the frame's tokens. Computed once per ``enc``
+        (its ``option_grounding`` / ``probe_grounding`` cache): the read-out and the training loss both need them."""
+        if which not in GROUNDING_CACHE:
+            raise InputError("which", which, f"choose one of {sorted(GROUNDING_CACHE)}")
+        if getattr(enc, GROUNDING_CACHE[which]) is None:
+            setattr(enc, GROUNDING_CACHE[which], self._grounding(enc, which))
+        return getattr(enc, GROUNDING_CACHE[which])
 
-    def _grounding(self, enc: dict, which: str) -> torch.Tensor:
+    def _grounding(self, enc: Encoding, which: str) -> torch.Tensor:
         # query = referent + question: additive, so "the purple object ... which shape?" x "star" grounds
         # the conjunction (a token must match both) without the option token first learning to copy
         # the question's colour through attention (slow: needle and counting lagged every other kind)
-        q = self.ground_q(enc[which]) + self.ground_question(enc["question_state"])[:, None]  # (B, O, g)
-        k = self.ground_k(enc["frame_states"])  # (B, T, P, g)
+        q = self.ground_q(getattr(enc, which)) + self.ground_question(enc.question_state)[:, None]  # (B, O, g)
+        k = self.ground_k(enc.frame_states)  # (B, T, P, g)
         g = torch.einsum("bog,btpg->botp", q, k).amax(-1) / q.shape[-1] ** 0.5 + self.ground_bias
         # zero-shot prior: cosine of the referent's MiniLM embedding and the frame's ViT embedding
-        text = enc["options"] if which == "option_states" else self.count_words.expand(len(g), -1, -1)
-        w = self.prior_weights(enc["question_state"])  # (B, 3)
-        g = g + w[:, :1, None] * torch.einsum("boe,bte->bot", F.normalize(text, dim=-1), enc["frame_emb"])
+        text = enc.options if which == "option_states" else self.count_words.expand(len(g), -1, -1)
+        w = self.prior_weights(enc.question_state)  # (B, 3)
+        g = g + w[:, :1, None] * torch.einsum("boe,bte->bot", F.normalize(text, dim=-1), enc.frame_emb)
         # ... plus the question's: the sum fires on frames matching the referent *and* the question, the
-        # conjunction of needle ("the purple object" x "star") and count probes ("red" x "stars"); on
-        # longqa frames it lifts the prior's needle AUC from 0.86 to 0.92 (an oracle "purple star": 0.92)
-        # and its zero-shot needle accuracy from 40% to 70% (measured); its weight depends on the question
-        g = g + (w[:, 1:2] * torch.einsum("be,bte->bt", enc["question_emb"], enc["frame_emb"]))[:, None]
+        # conjunction of needle ("the purple object" x "star") and count probes ("red" x "stars"); its
+        # weight depends on the question
+        g = g + (w[:, 1:2] * torch.einsum("be,bte->bt", enc.question_emb, enc.frame_emb))[:, None]
         # ... plus the object-level detector's evidence, as a logit
         g = g + w[:, 2:, None] * torch.logit(self.detector(enc, text).clamp(1e-3, 1 - 1e-3))
-        return g.masked_fill(~enc["frame_mask"][:, None], -30.0)
+        return g.masked_fill(~enc.frame_mask[:, None], -30.0)
 
-    def option_logits(self, enc: dict, option_mask: torch.Tensor) -> torch.Tensor:
-        fm = enc["frame_mask"].float()
+    def option_logits(self, enc: Encoding, option_mask: torch.Tensor) -> torch.Tensor:
+        """``(B, O)`` log-posteriors over the options (-inf on padding); also sets ``enc.sufficiency_logit``."""
+        fm = enc.frame_mask.float()
         n = fm.sum(1).clamp(min=1)[:, None]  # (B, 1)
         p = torch.sigmoid(self.grounding(enc))  # (B, O, T); 0 on padding frames
         rank = (fm.cumsum(1) - 1).clamp(min=0) / (n - 1).clamp(min=1)  # frame order in [0, 1]
@@ -339,8 +367,8 @@ class BuiltinVLMModel(nn.Module):
         first = (p * survive * rank[:, None]).sum(-1) + survive[..., -1] * (1 - p[..., -1])  # never seen -> 1
         agree = -(self.count_estimate(enc)[:, None] - self.number_value(enc)).square()
         feats = torch.stack([p.amax(-1), p.sum(-1) / n, first, agree], -1)  # (B, O, 4)
-        w = self.mix(enc["question_state"])[:, None]  # (B, 1, 4)
-        logits = self.score(enc["option_states"]).squeeze(-1) + (w * feats).sum(-1)
+        w = self.mix(enc.question_state)[:, None]  # (B, 1, 4)
+        logits = self.score(enc.option_states).squeeze(-1) + (w * feats).sum(-1)
         safe = option_mask | ~option_mask.any(1, keepdim=True)  # rows without options (captions) stay finite
         logp = F.log_softmax(logits.masked_fill(~safe, float("-inf")), -1)
         # the posterior: s * softmax + (1 - s) * uniform, s = P(the frames determine the answer)
@@ -355,53 +383,56 @@ class BuiltinVLMModel(nn.Module):
         # detached: the gate reads these, the sufficiency loss must not reshape the read-out to suit it
         margin = (best2[:, 0] - best2[:, 1]).detach()
         stats = torch.cat([torch.stack([ever[:, 0], ever[:, 1], best2[:, 0], margin], -1), top_feats.detach()], -1)
-        suff = self.sufficiency_logit(enc, stats)[:, None]
+        enc.sufficiency_logit = self.sufficiency_logit(enc, stats)  # the training loss supervises the gate
+        suff = enc.sufficiency_logit[:, None]
         uniform = -safe.sum(1, keepdim=True).float().log()
         mixed = torch.logaddexp(F.logsigmoid(suff) + logp, F.logsigmoid(-suff) + uniform)
         return mixed.masked_fill(~option_mask, float("-inf"))
 
-    def sufficiency_logit(self, enc: dict, option_stats: torch.Tensor) -> torch.Tensor:
+    def sufficiency_logit(self, enc: Encoding, option_stats: torch.Tensor) -> torch.Tensor:
         """``(B,)``: the logit that the frames shown determine the answer, from the question, the frames
         (pooled), how strongly the two best options were seen, the read-out's peak and its margin over the
         runner-up, the read-out features of the two best options (seen at all, how long, when first, count
         agreement), the count estimate (also as a log: "no count probe fires" is a sharp signal),
         how alike consecutive frames are, and the span of video time the frames cover and their mean
         spacing (a contiguous run of frames vs a spread: a run is likelier to miss an object that a
-        spread would catch). Kept in ``enc`` for the training loss."""
-        fm = enc["frame_mask"]
+        spread would catch)."""
+        fm = enc.frame_mask
         n = fm.sum(1).clamp(min=1).float()
-        pooled = (enc["frame_states"].mean(2) * fm[..., None]).sum(1) / n[:, None]
-        e = F.normalize(enc["frame_emb"], dim=-1)
+        pooled = (enc.frame_states.mean(2) * fm[..., None]).sum(1) / n[:, None]
+        e = F.normalize(enc.frame_emb, dim=-1)
         pair = fm[:, 1:] & fm[:, :-1]
         cos = (e[:, 1:] * e[:, :-1]).sum(-1)
         mean_cos = (cos * pair).sum(1) / pair.sum(1).clamp(min=1)
         min_cos = cos.masked_fill(~pair, 1.0).amin(1) if cos.shape[1] else n.new_ones(len(n))
-        t = enc["frame_time"]
+        t = enc.frame_time
         span = t.masked_fill(~fm, -1).amax(1) - t.masked_fill(~fm, 2).amin(1)
         gap = span / (n - 1).clamp(min=1)
         count = self.count_estimate(enc)
         stats = torch.cat([option_stats, torch.stack([count / 5, (count + 0.1).log() / 3, mean_cos, min_cos, n.log() / 5, span, 10 * gap], -1)], -1)
-        h = F.gelu(self.sufficiency_in(torch.cat([enc["question_state"], pooled], -1)) + self.sufficiency_stats(stats))
-        enc["sufficiency_logit"] = self.sufficiency_out(h).squeeze(-1)
-        return enc["sufficiency_logit"]
+        h = F.gelu(self.sufficiency_in(torch.cat([enc.question_state, pooled], -1)) + self.sufficiency_stats(stats))
+        return self.sufficiency_out(h).squeeze(-1)
 
-    def count_probe_presence(self, enc: dict) -> torch.Tensor:
+    def count_probe_presence(self, enc: Encoding) -> torch.Tensor:
         """``(B, C)``: P(count probe c, "a <colour c> <asked shape>", is seen in some frame)."""
         return torch.sigmoid(self.grounding(enc, "probe_states")).amax(-1)
 
-    def count_estimate(self, enc: dict) -> torch.Tensor:
+    def count_estimate(self, enc: Encoding) -> torch.Tensor:
         """``(B,)``: how many count probes ground somewhere in the frames (soft)."""
         return self.count_probe_presence(enc).sum(-1)
 
-    def number_value(self, enc: dict) -> torch.Tensor:
+    def number_value(self, enc: Encoding) -> torch.Tensor:
         """``(B, O)``: each option read as a number (supervised on counting options in training)."""
-        return self.number(enc["option_states"]).squeeze(-1)
+        return self.number(enc.option_states).squeeze(-1)
 
-    def aux_logits(self, enc: dict) -> torch.Tensor:
-        return self.aux(enc["frame_states"].mean(2))  # (B, Tm, aux_classes)
+    def aux_logits(self, enc: Encoding) -> torch.Tensor:
+        return self.aux(enc.frame_states.mean(2))  # (B, Tm, aux_classes)
 
-    def caption_logits(self, enc: dict, words: torch.Tensor) -> torch.Tensor:
-        return self.decoder(words, enc["hidden"], ~enc["valid"])
+    def caption_logits(self, enc: Encoding, words: torch.Tensor, rows: list[int] | None = None) -> torch.Tensor:
+        """Next-word logits ``(B, n, vocab)`` for caption prefixes ``words`` ``(B, n)``; ``rows``: the items
+        of ``enc`` they belong to (default: all, in order)."""
+        hidden, valid = (enc.hidden, enc.valid) if rows is None else (enc.hidden[rows], enc.valid[rows])
+        return self.decoder(words, hidden, ~valid)
 
     # ---- persistence
     def save_pretrained(self, directory: str | Path, metadata: dict | None = None) -> Path:

@@ -1,0 +1,203 @@
+"""What every built-in model's training run shares: its recipe file, where it may write, its card's notes.
+
+A run writes one folder: ``config.json`` + ``model.safetensors`` (the model), ``train_config.json``
+(the recipe: a dataclass, written when the run starts and read back when it resumes), ``eval.json``,
+``card.md`` and ``run/`` (checkpoints and history). The shipped weights in ``weights/builtin/<model>``
+are such folders; a run writes there only when the caller names that folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import asdict, fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from core.atomic import write_json_atomic
+from core.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+SHIPPED = Path(__file__).resolve().parents[1] / "weights" / "builtin"
+KINDS = {"vit": "builtin-vit", "vlm": "builtin-vlm"}  # the "model" tag of config.json / train_config.json
+TRAIN_CONFIG = "train_config.json"
+DESIGN_NOTES = "## Design notes and measurements"
+
+# Measured on 2 CPU cores, idle and shared with other jobs: each card's "Training time" note says how.
+# Shown by `atelier train --help` and `python -m training.MODEL --help`.
+TRAINING_TIME = {
+    "vit": ("about 1.6 s/step, ~21 min for the default 800 steps on 2 idle cores (measured: 20.9 min); on 2 cores",
+            "shared with other jobs 2.3 s/step (~31 min) at load average 1.4-1.7, 7.8 s/step (~1.7 h) at 1.6-3.8"),
+    "vlm": ("about 1.5 s/step, ~39 min for the default 1400 steps on 2 idle cores, warm starts and evaluation",
+            "included (measured: 37.3 + 2.0 min); on 2 shared cores 2.1 s/step (~50 min) at load average 1.1-1.4.",
+            "Without native bfloat16 (an AVX2-only CPU) the ViT runs in float32: bf16 emulation measured 6.6 s/step"),
+}
+
+
+def training_time_help() -> str:
+    """The ``atelier train --help`` paragraph on how long training takes, and how to check a machine."""
+    lines = ["training time (measured; each card's \"Training time\" note):"]
+    for model, text in TRAINING_TIME.items():
+        lines += [f"  {model}: {text[0]}", *(f"       {t}" for t in text[1:])]
+    lines += ["  A busy machine is that much slower (a user saw the ViT at ~9 s/step: 2 h for 800 steps); it is",
+              "  not stuck. Check yours first: --steps 20 logs sec_per_step (vlm adds warm starts and evaluation)."]
+    return "\n".join(lines)
+
+
+R = TypeVar("R")
+
+
+def default_out(model: str) -> Path:
+    """Where ``atelier train MODEL`` writes unless told otherwise: ``outputs/train/MODEL``."""
+    return Path("outputs") / "train" / model
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it (as a user would type it)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _tags(directory: Path) -> set[str]:
+    """The model tags of the saved model and recipe in ``directory`` ("?" for an unreadable file)."""
+    tags = set()
+    for name in ("config.json", TRAIN_CONFIG):
+        path = directory / name
+        if path.is_file():
+            try:
+                tags.add(str(json.loads(path.read_text()).get("model")))
+            except (OSError, ValueError, AttributeError):
+                tags.add("?")
+    return tags
+
+
+def check_out_dir(out: str | Path, model: str, explicit: bool = True) -> Path:
+    """The folder a ``model`` ("vit" or "vlm") training run may write, or an ``InputError`` saying why not.
+
+    Allowed: a new or empty folder, or one that holds an earlier run or the saved weights of this model
+    (resumed, then overwritten). Refused: a file; a folder holding anything else (another model,
+    unrelated files); the shipped weights ``weights/builtin/<model>`` unless ``explicit`` (the caller
+    named that folder itself rather than getting it as a default).
+    """
+    if model not in KINDS:
+        raise InputError("model", model, f"choose one of {sorted(KINDS)}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError("--out", str(out), f"that is a file; pass a folder for the run (new, empty, or an earlier `atelier train {model}` run)")
+    shipped = {(SHIPPED / m).resolve(): m for m in KINDS}
+    owner = shipped.get(out.resolve())
+    if owner == model:
+        if not explicit:
+            raise InputError("--out", str(out), f"that folder holds the shipped {model} weights; to overwrite them, pass --out {_shown(SHIPPED / model)} yourself")
+        return out
+    if owner is not None:
+        raise InputError("--out", str(out), f"that folder holds the shipped {owner} weights, not a {model} run; pick another --out")
+    if out.is_dir() and any(out.iterdir()):
+        tags = _tags(out)
+        if tags != {KINDS[model]}:
+            found = f"a saved {' / '.join(sorted(tags))} model" if tags else f"{sum(1 for _ in out.iterdir())} entries and no saved model"
+            raise InputError("--out", str(out), f"it holds {found}, not an earlier `atelier train {model}` run; pass a new or empty folder")
+    return out
+
+
+def check_vit_dir(vit: str | Path) -> Path:
+    """A folder holding a saved built-in ViT (what ``atelier train vit`` writes), or an ``InputError``."""
+    vit = Path(vit)
+    if not (vit / "model.safetensors").is_file() or KINDS["vit"] not in _tags(vit):
+        raise InputError("--vit", str(vit), "no built-in ViT there (config.json naming builtin-vit and model.safetensors): pass a folder "
+                                            "written by `atelier train vit --out DIR`, or leave --vit out for the shipped weights/builtin/vit")
+    return vit
+
+
+def parse_entry_point(model: str, see: str, steps: int, argv, extra: Callable[[argparse.ArgumentParser], Any] | None = None):
+    """``python -m training.MODEL``'s command line (--out, --steps, --no-resume, and what ``extra`` adds),
+    logging to stderr: returns (the arguments, the checked output folder)."""
+    name = {"vit": "ViT", "vlm": "VLM"}[model]
+    ap = argparse.ArgumentParser(prog=f"python -m training.{model}", description=f"Train the built-in {name} (see {see}); {' '.join(TRAINING_TIME[model])}")
+    ap.add_argument("--out", help=f"output folder (default {default_out(model)}; the shipped weights only when named)")
+    ap.add_argument("--steps", type=int, help=f"optimisation steps (default {steps}, or the resumed run's)")
+    ap.add_argument("--no-resume", action="store_true")
+    if extra is not None:
+        extra(ap)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    return args, check_out_dir(args.out or default_out(model), model, explicit=args.out is not None)
+
+
+# ---------------------------------------------------------------------------- the recipe file
+
+
+def from_dict(cls: type[R], data: dict, source: str = "") -> R:
+    """Rebuild dataclass ``cls`` from ``asdict`` output: nested dataclasses (also ``X | None``) and tuples
+    come back as such; a field missing from ``data`` (added since) keeps its default."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in fields(cls)}
+    if unknown := sorted(set(data) - names):
+        raise InputError(source or cls.__name__, unknown, f"{cls.__name__} has no such fields; the file was written by a different version")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        hint = hints[name]
+        options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        nested = [t for t in options if is_dataclass(t)]
+        if nested and isinstance(value, dict):
+            value = from_dict(nested[0], value, source)
+        elif typing.get_origin(hint) is tuple and isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def save_recipe(recipe: Any, out_dir: str | Path, model: str, provenance: str) -> Path:
+    """``out_dir/train_config.json``: the recipe's fields, tagged with the model and where they came from."""
+    path = Path(out_dir) / TRAIN_CONFIG
+    write_json_atomic(path, {"model": KINDS[model], "recipe": type(recipe).__name__, "provenance": provenance, **asdict(recipe)})
+    return path
+
+
+def load_recipe(cls: type[R], out_dir: str | Path) -> R | None:
+    """The recipe saved in ``out_dir/train_config.json``, or None when there is none."""
+    path = Path(out_dir) / TRAIN_CONFIG
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    for key in ("model", "recipe", "provenance"):
+        data.pop(key, None)
+    return from_dict(cls, data, str(path))
+
+
+def run_recipe(cls: type[R], out_dir: str | Path, recipe: R | None, resume: bool, **overrides) -> R:
+    """This run's recipe: ``recipe`` if given, else (resuming) the one saved in ``out_dir``, else the
+    defaults; then every override that is not None (e.g. ``steps`` from the command line), then the
+    fields left to the recipe's own rules (``resolved()``). A resumed run whose recipe changes says so."""
+    saved = load_recipe(cls, out_dir) if resume else None
+    run = replace(recipe or saved or cls(), **{k: v for k, v in overrides.items() if v is not None}).resolved()
+    if saved is not None and run != saved:
+        changed = [f"{f.name}: {getattr(saved, f.name)!r} -> {getattr(run, f.name)!r}" for f in fields(cls) if getattr(saved, f.name) != getattr(run, f.name)]
+        logger.warning("%s: resuming with a changed recipe (%s)", out_dir, "; ".join(changed))
+    return run
+
+
+# ---------------------------------------------------------------------------- cards
+
+
+def design_notes(out_dir: str | Path, model: str) -> str:
+    """The card's "Design notes and measurements" section, carried over from the card already in
+    ``out_dir`` or else from the shipped one: the notes describe the design, not one run."""
+    for card in (Path(out_dir) / "card.md", SHIPPED / model / "card.md"):
+        text = card.read_text() if card.is_file() else ""
+        if DESIGN_NOTES in text:
+            return text[text.index(DESIGN_NOTES) :].rstrip() + "\n"
+    return ""
+
+
+def sec_per_step(history: list[dict]) -> float | None:
+    """The loop's mean seconds per step, from the Trainer's last log record (None before any)."""
+    rates = [h["sec_per_step"] for h in history if "sec_per_step" in h]
+    return rates[-1] if rates else None
