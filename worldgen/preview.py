@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from core.atomic import atomic_path, write_text_atomic
+from core.frames import resize_frame
 from core.overlay import add_caption_band, contact_sheet, draw_boxes, draw_masks, draw_skeleton
 
 _TEXT_KEYS = ("caption", "instruction", "prompt", "query", "question")
@@ -19,12 +20,10 @@ _TEXT_KEYS = ("caption", "instruction", "prompt", "query", "question")
 
 def annotated_frames(world, n: int = 8, scale: int = 4) -> np.ndarray:
     """``n`` evenly spaced frames, upscaled ``scale`` x, with masks, boxes and skeletons."""
-    import cv2
-
     out = []
     for t in ((np.arange(n) + 0.5) * world.num_frames / n).astype(int):
         f = world.render(int(t))
-        big = lambda a: cv2.resize(a, (a.shape[1] * scale, a.shape[0] * scale), interpolation=cv2.INTER_NEAREST)  # noqa: E731
+        big = lambda a: resize_frame(a, (a.shape[0] * scale, a.shape[1] * scale), "nearest")  # noqa: E731
         img = draw_masks(big(f.rgb), big(f.ids), alpha=0.35)
         if f.boxes:
             img = draw_boxes(img, [[v * scale for v in b] for b in f.boxes.values()], [str(k) for k in f.boxes])

@@ -18,6 +18,8 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from core.frames import resize_frame
+
 SS = 4  # supersampling factor per axis: coverage resolution 1/16
 _SHIFT = 4  # fixed-point bits for cv2 drawing: 1/16 of a subsample
 
@@ -166,6 +168,6 @@ def make_background(kind: str, tone: tuple, accent: tuple, h: int, w: int, rng: 
         return base * (1 - 0.4 * f) + acc * 0.4 * f
     if kind == "noise":
         small = rng.random((max(h // 8, 2), max(w // 8, 2), 1)).astype(np.float32)
-        f = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)[..., None]
+        f = resize_frame(small, (h, w), "linear")  # keeps the channel axis
         return base * (1 - 0.5 * f) + acc * 0.5 * f
     raise ValueError(f"unknown background kind {kind!r}")

@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from core.errors import InputError
+from core.frames import resize_frame
 
 INK = (33, 33, 33)
 MUTED = (115, 115, 115)
@@ -124,7 +125,7 @@ def heatmap_image(importance: np.ndarray, selected: Sequence[int] = (), cell_px:
     if caption:
         _put(draw, (right / 2, 6), caption, label, align="center")
 
-    cells = cv2.resize(_viridis(np.round(norm * 255)), (side, side), interpolation=cv2.INTER_NEAREST)
+    cells = resize_frame(_viridis(np.round(norm * 255)), (side, side), "nearest")
     img.paste(Image.fromarray(np.ascontiguousarray(cells)), (left, top))
     width = min(4, max(2, cell // 8))
     for p in selected:

@@ -21,7 +21,6 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
-import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -29,6 +28,7 @@ import torch.nn.functional as F
 from core.device import select_device
 from core.errors import InputError, MediaError
 from core.flops import TransformerDims, transformer_flops
+from core.frames import resize_frames
 from planners.builtin.text import MiniLM
 from planners.builtin.vlm import BuiltinVLMModel, collate, frames_to_tensor
 from planners.protocol import (ContinuationScore, ForwardOutput, Message, check_continuations, check_frames, check_messages,
@@ -106,7 +106,7 @@ class BuiltinVisionLanguageModel:
         h, w = frames.shape[1:3]
         if not resize and h % MERGED_PATCH == 0 and w % MERGED_PATCH == 0 and max(h, w) <= MAX_SIDE:
             return frames
-        return np.stack([cv2.resize(f, (64, 64), interpolation=cv2.INTER_AREA) for f in frames])
+        return resize_frames(frames, (64, 64), "area")
 
     def _batch(self, frames: np.ndarray, question: str, options: Sequence[str], relative_times: Sequence[float] | None = None) -> dict:
         frames = self._frames(frames)
