@@ -112,3 +112,11 @@ def test_vision_cache_reuses_frames_and_changes_nothing(vlm, monkeypatch):
         assert len(vlm._vision_cache) == 3
     finally:
         vlm._vision_cache_size = size
+
+
+def test_text_longer_than_the_encoder_reads_is_warned_about_not_cut_silently(caplog):
+    from planners.builtin.text import MAX_TOKENS, MiniLM
+
+    with caplog.at_level("WARNING", logger="planners.builtin.text"):
+        MiniLM().encode(["how many stars " * 40])
+    assert f"reads {MAX_TOKENS} of the" in caplog.text
