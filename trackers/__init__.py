@@ -1,0 +1,57 @@
+"""Trackers behind one session API (``trackers.protocol``), and the rule that loads one by name.
+
+Backends: ``classic`` (OpenCV, no weights), ``sam2`` (transformers ``Sam2VideoModel``), ``sam3``
+(transformers SAM 3 video classes: a text prompt proposes every instance of a concept). A spec is a
+backend name or a checkpoint directory (its config.json says which).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+from core.errors import InputError
+from trackers.protocol import Prompt, SessionBase, TrackedFrame, Tracker, TrackingSession
+
+# name -> "module:Class"; the hf classes also load checkpoint directories (from_pretrained)
+BACKENDS = {
+    "classic": "trackers.classic:ClassicTracker",
+    "sam2": "trackers.hf_sam2:Sam2Tracker",
+    "sam3": "trackers.hf_sam3:Sam3Tracker",
+}
+# a checkpoint's config.json "model_type" -> backend
+MODEL_TYPES = {"sam2_video": "sam2", "sam2": "sam2", "sam3_video": "sam3", "sam3": "sam3", "sam3_tracker_video": "sam3"}
+
+
+def backend_class(name: str) -> type:
+    if name not in BACKENDS:
+        raise InputError("tracker", name, f"choose one of {sorted(BACKENDS)} or a SAM 2 / SAM 3 checkpoint directory")
+    module, _, cls = BACKENDS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def load_tracker(spec: str = "classic", device: str | None = None, dtype: str | None = None, **kwargs: Any) -> Tracker:
+    """A tracker for ``spec``: a backend name (``classic``; ``sam2`` / ``sam3`` need a checkpoint) or
+    a SAM 2 / SAM 3 checkpoint directory."""
+    if not isinstance(spec, (str, Path)) or not str(spec).strip():
+        raise InputError("tracker", spec, f"pass one of {sorted(BACKENDS)} or a checkpoint directory")
+    spec = str(spec)
+    if spec == "classic":
+        return backend_class("classic")(**kwargs)
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        if spec in BACKENDS:
+            raise InputError("tracker", spec, f"{spec} needs a checkpoint: pass its directory (e.g. a downloaded facebook/sam2.1-hiera-tiny)")
+        raise InputError("tracker", spec, f"no such directory; pass one of {sorted(BACKENDS)} or a checkpoint directory")
+    try:
+        model_type = json.loads((path / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError):
+        raise InputError("tracker", spec, "this folder has no readable config.json; pass a SAM 2 / SAM 3 checkpoint directory") from None
+    if model_type not in MODEL_TYPES:
+        raise InputError("tracker", spec, f"its config.json says model_type={model_type!r}, not a SAM 2 / SAM 3 video model")
+    return backend_class(MODEL_TYPES[model_type]).from_pretrained(path, device=device, dtype=dtype, **kwargs)
+
+
+__all__ = ["BACKENDS", "load_tracker", "backend_class", "Tracker", "TrackingSession", "TrackedFrame", "Prompt", "SessionBase"]
