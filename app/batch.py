@@ -81,6 +81,12 @@ def _video_overlay(args: dict, out: Path) -> dict:
     return video_tools.overlay(out=out / "overlay.mp4", **args)
 
 
+def _score_vos(args: dict, out: Path) -> dict:
+    from app import score
+
+    return score.vos(**args).to_dict()
+
+
 def pipeline_verb(app) -> BatchVerb:
     """A registered pipeline as a batch verb: manifest ``args`` are its inputs, settings, component
     overrides and run options, by the same names as its CLI options (underscores for dashes)."""
@@ -103,6 +109,7 @@ VERBS: dict[str, BatchVerb] = {
         BatchVerb("video.probe", _video_probe, "metadata of a video: args {video}"),
         BatchVerb("video.sample", _video_sample, "uniform frames + contact sheet: args {video, n, height}"),
         BatchVerb("video.overlay", _video_overlay, "overlay video: args {video, masks|motion, caption}"),
+        BatchVerb("score.vos", _score_vos, "DAVIS-2017 J/F/J&F of saved masks: args {pred, gt, unsupervised, bound_th}"),
     )
 }
 VERBS.update({app.verb: pipeline_verb(app) for app in apps().values()})

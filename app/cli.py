@@ -21,6 +21,7 @@ Verbs:
   info       versions, device, backends, weights and the pipelines that exist
 {pipelines}
   video      video utilities: probe (metadata), sample (frames + contact sheet), overlay (masks/captions)
+  score      benchmark scorers that match the official evaluation code (vos: DAVIS-2017 J, F, J&F)
   batch      run any verb over a JSONL manifest, resumably, one result folder per item
   worldgen   generate synthetic-world datasets (masks, keypoints, tasks) and preview galleries
   train      train a built-in model (vit, vlm) on worldgen, with evaluation and a model card
@@ -160,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_train)
 
     _add_worldgen(sub)
+    _add_score(sub)
     return parser
 
 
@@ -237,6 +239,27 @@ def _add_worldgen(sub) -> None:
     p = sub.add_parser("worldgen", help="synthetic-world datasets and previews", description=(worldgen_cli.__doc__ or "").strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
     worldgen_cli.add_arguments(p)
     p.set_defaults(func=worldgen_cli.run)
+
+
+def _add_score(sub) -> None:
+    """``atelier score SCORER``: benchmark scorers that match the official evaluation code, one sub-command each."""
+    score = sub.add_parser("score", help="benchmark scores that match the official evaluators (vos)",
+                           description="Score saved predictions against ground truth exactly as the official evaluation code does.")
+    ssub = score.add_subparsers(dest="scorer", metavar="SCORER", required=True)
+    p = ssub.add_parser("vos", help="J, F and J&F of video object masks (DAVIS-2017)", formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="J (region IoU), F (boundary accuracy) and J&F with Mean / Recall / Decay, as the official\n"
+                                    "DAVIS-2017 evaluation computes them. PRED and GT are each a folder of DAVIS palette PNGs\n"
+                                    "(one sequence), a folder of such folders (sequences paired by name) or an SA-V style masklet JSON.",
+                        epilog="examples:\n"
+                               "  atelier score vos results/osvos/ DAVIS/Annotations/480p/        # semi-supervised, every sequence\n"
+                               "  atelier score vos pred/dog/ DAVIS/Annotations/480p/dog --json\n"
+                               "  atelier score vos proposals/ DAVIS/Annotations_unsupervised/480p/ --unsupervised")
+    p.add_argument("pred", metavar="PRED", help="predicted masks: PNG folder, folder of sequence folders, or masklet .json")
+    p.add_argument("gt", metavar="GT", help="ground-truth masks, in any of the same forms")
+    p.add_argument("--unsupervised", action="store_true", help="unsupervised protocol: every frame, void pixels, Hungarian matching of predicted ids to objects (default: semi-supervised, first and last frame not scored)")
+    p.add_argument("--bound-th", type=float, default=0.008, help="boundary tolerance: a fraction of the image diagonal, or pixels when >= 1 (default 0.008)")
+    _add_common(p)
+    p.set_defaults(func=_cmd_score_vos)
 
 
 # --------------------------------------------------------------------------- commands
@@ -345,6 +368,14 @@ def _cmd_demo(args) -> int:
 
     page = run_demo(args.out, video=args.video)
     _emit(args, {"gallery": str(page)}, f"gallery: {page}")
+    return 0
+
+
+def _cmd_score_vos(args) -> int:
+    from app.score import vos
+
+    result = vos(args.pred, args.gt, unsupervised=args.unsupervised, bound_th=args.bound_th)
+    _emit(args, result.to_dict(), result.format())
     return 0
 
 

@@ -1,0 +1,16 @@
+"""Glue between the benchmark scorers and the CLI / batch runner: ``atelier score vos`` and ``score.vos``.
+
+The computation lives in ``scorers``; this module only resolves arguments and shapes the output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scorers.vos import BOUND_TH, VOSResult, evaluate
+
+
+def vos(pred: str | Path, gt: str | Path, unsupervised: bool = False, bound_th: float = BOUND_TH) -> VOSResult:
+    """J, F and J&F of predicted masks against ground truth (DAVIS-2017 semi-supervised protocol by default)."""
+    return evaluate(pred, gt, protocol="unsupervised" if unsupervised else "semi-supervised", bound_th=bound_th)
+
