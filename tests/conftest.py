@@ -30,6 +30,18 @@ def tiny_vlm_dirs(tmp_path_factory) -> dict[str, Path]:
     return {name: build(root / name) for name, build in BUILDERS.items()}
 
 
+@pytest.fixture(scope="session")
+def tiny_tracker_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Tiny random SAM 2 / SAM 3 video checkpoints saved to disk, once per session."""
+    from transformers.utils import logging as hf_logging
+
+    from tiny_trackers import BUILDERS
+
+    hf_logging.disable_progress_bar()
+    root = tmp_path_factory.mktemp("tiny_trackers")
+    return {name: build(root / name) for name, build in BUILDERS.items()}
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny models run ~50x faster on one thread when the CPU is shared (OpenMP workers spin otherwise).

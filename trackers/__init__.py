@@ -21,8 +21,9 @@ BACKENDS = {
     "sam2": "trackers.hf_sam2:Sam2Tracker",
     "sam3": "trackers.hf_sam3:Sam3Tracker",
 }
-# a checkpoint's config.json "model_type" -> backend
-MODEL_TYPES = {"sam2_video": "sam2", "sam2": "sam2", "sam3_video": "sam3", "sam3": "sam3", "sam3_tracker_video": "sam3"}
+# a checkpoint's config.json "model_type" -> backend (video models only: "sam2" / "sam3" are the image
+# models, which cannot track; facebook/sam2.1-* are sam2_video, facebook/sam3 is sam3_video)
+MODEL_TYPES = {"sam2_video": "sam2", "sam3_video": "sam3", "sam3_tracker_video": "sam3"}
 
 
 def backend_class(name: str) -> type:
