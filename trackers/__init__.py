@@ -34,8 +34,8 @@ def backend_class(name: str) -> type:
 
 
 def load_tracker(spec: str = "classic", device: str | None = None, dtype: str | None = None, **kwargs: Any) -> Tracker:
-    """A tracker for ``spec``: a backend name (``classic``; ``sam2`` / ``sam3`` need a checkpoint) or
-    a SAM 2 / SAM 3 checkpoint directory."""
+    """A tracker for ``spec``: a backend name (``classic``; ``sam2`` / ``sam3`` need a checkpoint), a
+    SAM 2 / SAM 3 checkpoint directory, or a folder written by ``ClassicTracker.save_pretrained``."""
     if not isinstance(spec, (str, Path)) or not str(spec).strip():
         raise InputError("tracker", spec, f"pass one of {sorted(BACKENDS)} or a checkpoint directory")
     spec = str(spec)
@@ -47,9 +47,12 @@ def load_tracker(spec: str = "classic", device: str | None = None, dtype: str | 
             raise InputError("tracker", spec, f"{spec} needs a checkpoint: pass its directory (e.g. a downloaded facebook/sam2.1-hiera-tiny)")
         raise InputError("tracker", spec, f"no such directory; pass one of {sorted(BACKENDS)} or a checkpoint directory")
     try:
-        model_type = json.loads((path / "config.json").read_text()).get("model_type")
-    except (OSError, ValueError):
+        config = json.loads((path / "config.json").read_text())
+        model_type = config.get("model_type")
+    except (OSError, ValueError, AttributeError):
         raise InputError("tracker", spec, "this folder has no readable config.json; pass a SAM 2 / SAM 3 checkpoint directory") from None
+    if config.get("model") == "classic-tracker":  # a ClassicTracker.save_pretrained folder
+        return backend_class("classic").from_pretrained(path, **kwargs)
     if model_type not in MODEL_TYPES:
         raise InputError("tracker", spec, f"its config.json says model_type={model_type!r}, not a SAM 2 / SAM 3 video model")
     return backend_class(MODEL_TYPES[model_type]).from_pretrained(path, device=device, dtype=dtype, **kwargs)
