@@ -73,6 +73,7 @@ class TrackerContract:
         s.add_prompt(0, 1, mask=masks[0])
         s.add_prompt(0, 3, points=[[10, 50]], labels=[1])
         s.remove_object(3)
+        assert all(3 not in out.obj_ids for out in s.outputs.values())  # its past masks are gone too
         assert next(iter(s.propagate(max_frames=1))).obj_ids == [1]
         with pytest.raises(InputError, match="obj_id"):
             s.remove_object(9)

@@ -215,6 +215,9 @@ class SessionBase:
             self.prompts[frame].pop(obj_id, None)
             if not self.prompts[frame]:
                 del self.prompts[frame]
+        for frame, out in self.outputs.items():  # past outputs no longer show it
+            keep = [k for k, o in enumerate(out.obj_ids) if o != obj_id]
+            self.outputs[frame] = TrackedFrame(frame, [out.obj_ids[k] for k in keep], out.masks[keep], out.scores[keep])
         self._forget(obj_id)
 
     def reset(self) -> None:
