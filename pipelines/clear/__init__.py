@@ -1,7 +1,9 @@
-"""CLEAR (specs/clear.md): training-free video reasoning segmentation. Work in progress: the
-Contrastive Concept Dictionary is here; the tracker session API, proposals and the event monitor
-live in ``trackers/``; the pipeline, its selection stage and its app entry come next."""
+"""CLEAR (specs/clear.md): training-free video reasoning segmentation. In progress: ``pipeline``
+(anchor, proposals, candidate tracks, selection, fast propagation with the event monitor, slow
+re-anchoring through the concept dictionary) and ``dictionary`` are here; the app entry, the builtin
+planner and the benchmark come next."""
 
 from pipelines.clear.dictionary import ConceptDictionary, TargetConcept
+from pipelines.clear.pipeline import ClearConfig, ClearOutput, ClearPipeline, InstanceSelector
 
-__all__ = ["ConceptDictionary", "TargetConcept"]
+__all__ = ["ConceptDictionary", "TargetConcept", "ClearPipeline", "ClearConfig", "ClearOutput", "InstanceSelector"]

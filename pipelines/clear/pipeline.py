@@ -1,0 +1,279 @@
+"""ClearPipeline: training-free video reasoning segmentation (specs/clear.md) [PROPOSED throughout].
+
+check_inputs -> anchor -> proposals -> candidate tracks -> selection -> fast propagation with the
+event monitor -> slow re-anchoring -> output:
+
+1. **anchor**: of ``anchor_samples`` uniformly spaced frames, the one with the most proposals
+   (every candidate is then visible on it; ties go to the earliest);
+2. **proposals** on the anchor (the ``proposer`` component, e.g. the classic colour proposer or SAM 2
+   automatic masks), labelled 1..N;
+3. **candidate tracks**: one multi-object tracker session prompted with every candidate's mask on
+   the anchor, propagated forward and backward, so the planner sees each candidate over time;
+4. **selection** by the ``planner`` (an instance selector: ``select(frames, marks, query) ->
+   Selection``; the counterfactual VLM selector or the builtin instance reasoner) on
+   ``selection_frames`` frames; "no object matches" gives empty masks;
+5. **fast mode**: the chosen candidate's track, watched frame by frame by the event monitor
+   (presence, area, drift, appearance against the concept dictionary's prototypes, jumps, cuts);
+6. **slow mode** on an event the controller escalates: proposals on that frame, re-ranked by the
+   dictionary (``score``: like the target's prototypes, unlike the distractors') and by overlap with
+   the last confirmed mask; the best candidate re-prompts a fresh tracker session from that frame.
+
+Candidate tracks are held for the whole clip, so a request is bounded by the memory of N x T
+masks before any work (``core.memory``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import cv2
+import numpy as np
+
+from core.errors import InputError
+from core.memory import check_allocation
+from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, make_generator, output_field, setting
+from pipelines.clear.dictionary import ConceptDictionary
+from planners.counterfactual import Mark, Selection
+from trackers.monitor import EventMonitor, ModeController, MonitorConfig, mask_iou
+from trackers.protocol import Tracker, open_source
+from trackers.proposals import Candidate, Proposer
+
+MAX_QUERY_CHARS = 2000
+
+
+@runtime_checkable
+class InstanceSelector(Protocol):
+    """What CLEAR's planner slot needs: choose the candidate a query refers to."""
+
+    def select(self, frames: np.ndarray, marks: list[Mark], query: str) -> Selection: ...
+
+
+@dataclass
+class ClearConfig(PipelineConfig):
+    """Settings of a CLEAR run (every value [PROPOSED]: the paper publishes none)."""
+
+    anchor_samples: int = setting(8, help="frames sampled to choose the anchor (the one with the most candidates)", range=(1, 64))
+    selection_frames: int = setting(16, help="frames of the candidate tracks the planner sees", range=(1, 64))
+    window: int = setting(16, help="past frames a tracker session keeps", range=(1, 256))
+    monitor: bool = setting(True, help="watch the fast tracker and re-anchor on events (off: prompt-then-track)")
+    heartbeat_every: int = setting(30, help="frames between cheap planner checks in fast mode", range=(1, 10_000))
+    cooldown: int = setting(10, help="no slow re-anchoring within this many frames of the last one", range=(1, 10_000))
+    reanchor_overlap: float = setting(0.3, help="weight of the overlap with the last confirmed mask when re-anchoring", range=(0.0, 10.0))
+
+    def __post_init__(self):
+        self.check_fields()
+
+    def monitor_config(self) -> MonitorConfig:
+        return MonitorConfig(heartbeat_every=self.heartbeat_every, cooldown=self.cooldown)
+
+
+@dataclass(repr=False)
+class ClearOutput(PipelineOutput):
+    """One segmented query: ``masks`` uint8 id maps ``(T, H, W)`` (1 = the target, all 0 when no
+    object matches), ``target_id`` (the candidate number at the anchor, None for no match), the
+    anchor frame and its numbered candidates (``marks`` image), the planner's ``selection`` with its
+    reasoning, ``events`` (frame, kind, signal value, threshold, action) and ``modes`` per frame."""
+
+    query: str
+    target_id: int | None
+    no_match: bool
+    ambiguous: bool
+    anchor_frame: int
+    selection: dict
+    events: list[dict]
+    modes: list[str]
+    planner_calls: int
+    seconds: dict
+    masks: np.ndarray = output_field("masks")
+    marks: np.ndarray | None = output_field("image", default=None)
+
+    def summary(self) -> dict[str, Any]:
+        slow = sum(m == "slow" for m in self.modes)
+        return {"query": self.query, "target_id": self.target_id, "no_match": self.no_match, "ambiguous": self.ambiguous,
+                "anchor_frame": self.anchor_frame, "frames": int(len(self.masks)),
+                "target_frames": int((self.masks.reshape(len(self.masks), -1) > 0).any(1).sum()),
+                "events": len(self.events), "slow_frames": int(slow), "planner_calls": self.planner_calls,
+                "seconds": {k: round(float(v), 3) for k, v in self.seconds.items()}}
+
+    def __str__(self) -> str:
+        s = self.summary()
+        if s["no_match"]:
+            return f"no object matches: {s['query']!r}"
+        flag = " (ambiguous)" if s["ambiguous"] else ""
+        return (f"target: candidate #{s['target_id']}{flag} chosen on frame {s['anchor_frame']}; on screen in {s['target_frames']} "
+                f"of {s['frames']} frames; {s['events']} events, {s['slow_frames']} slow re-anchorings, {s['planner_calls']} planner calls")
+
+
+def appearance(frame: np.ndarray, mask: np.ndarray, bins: int = 4) -> np.ndarray | None:
+    """A colour histogram (Lab, bins^3) of the masked pixels: the visual prototype [PROPOSED]."""
+    if not mask.any():
+        return None
+    lab = cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_RGB2LAB)[mask].astype(np.int32)
+    idx = ((lab[:, 0] * bins) >> 8) * bins * bins + ((lab[:, 1] * bins) >> 8) * bins + ((lab[:, 2] * bins) >> 8)
+    h = np.bincount(idx, minlength=bins ** 3).astype(np.float32)
+    return h / np.linalg.norm(h)
+
+
+class ClearPipeline(Pipeline):
+    """CLEAR with a ``planner`` (instance selector), a ``tracker`` and a ``proposer`` component."""
+
+    component_specs = {
+        "planner": ComponentSpec(InstanceSelector, help="chooses the candidate the query refers to"),
+        "tracker": ComponentSpec(Tracker, "trackers:load_tracker", help="tracker: 'classic' or a SAM 2 / SAM 3 checkpoint"),
+        "proposer": ComponentSpec(Proposer, help="proposes candidate objects on a frame"),
+    }
+    config_class = ClearConfig
+
+    def check_inputs(self, query: str) -> None:
+        if not isinstance(query, str) or not query.strip():
+            raise InputError("query", query, "say what to segment, e.g. 'the red circle that disappears first'")
+        if len(query) > MAX_QUERY_CHARS:
+            raise InputError("query", f"{len(query)} characters", f"keep it under {MAX_QUERY_CHARS} characters")
+
+    def choose_anchor(self, source) -> tuple[int, list[Candidate]]:
+        """The sampled frame with the most proposals, and its proposals."""
+        n = len(source)
+        k = min(self.config.anchor_samples, n)
+        indices = [int(i) for i in ((np.arange(k) + 0.5) * n / k).astype(int)]
+        best: tuple[int, list[Candidate]] = (indices[0], [])
+        for i in indices:
+            cands = self.proposer.propose(np.asarray(source.get_frames([i]))[0])
+            if len(cands) > len(best[1]):
+                best = (i, cands)
+        return best
+
+    def track_candidates(self, source, anchor: int, cands: list[Candidate], callback: Callable | None):
+        """Every candidate tracked over the clip from the anchor: masks ``(N, T, H, W)``, presence ``(N, T)``."""
+        n, h, w = len(source), *cands[0].mask.shape
+        check_allocation("video", f"{n} frames x {len(cands)} candidates", n * len(cands) * h * w, "use a shorter clip")
+        masks = np.zeros((len(cands), n, h, w), bool)
+        presence = np.zeros((len(cands), n), np.float32)
+        session = self.tracker.init_session(source, window=self.config.window)
+        for c in cands:
+            session.add_prompt(anchor, c.id, mask=c.mask)
+        order = {c.id: k for k, c in enumerate(cands)}
+        step = 0
+        for reverse in (False, True):
+            for out in session.propagate(start_frame=anchor, reverse=reverse):
+                for obj, m, s in zip(out.obj_ids, out.masks, out.scores):
+                    masks[order[obj], out.frame_idx], presence[order[obj], out.frame_idx] = m, s
+                self.step_end(callback, step, {"stage": "track candidates", "frame": out.frame_idx})
+                step += 1
+        return masks, presence
+
+    @staticmethod
+    def _no_match(query, anchor, shape, selection, seconds, calls, config) -> ClearOutput:
+        return ClearOutput(query=query, target_id=None, no_match=True, ambiguous=False, anchor_frame=anchor,
+                           selection=selection.to_dict(), events=[], modes=["fast"] * shape[0], planner_calls=calls,
+                           seconds=seconds, masks=np.zeros(shape, np.uint8), config=config)
+
+    def __call__(self, video: Any, query: str, *, generator: Any = None, callback_on_step_end: Callable | None = None,
+                 output_type: str = "np") -> ClearOutput:
+        """Segment the object ``query`` describes in ``video`` (a path, ``Video``, uint8 array or frame source).
+
+        CLEAR draws no random numbers: ``generator`` is checked and unused. ``callback_on_step_end``
+        runs after each tracked frame; ``interrupt()`` stops at the next one."""
+        self._begin_call()
+        make_generator(generator)
+        self.check_inputs(query)
+        t0 = time.perf_counter()
+        source = open_source(video)
+        n = len(source)
+        if n < 1:
+            raise InputError("video", f"{n} frames", "the video has no frames")
+        config = dataclasses.asdict(self.config)
+        anchor, cands = self.choose_anchor(source)
+        h, w = np.asarray(source.get_frames([anchor])).shape[1:3]
+        calls0 = getattr(self.planner, "calls", 0)
+        if not cands:
+            sel = Selection(None, False, 1.0, [], ["no candidate objects were found"])
+            return self._no_match(query, anchor, (n, h, w), sel, {"total": time.perf_counter() - t0}, 0, config).convert(output_type)
+        tracks, presence = self.track_candidates(source, anchor, cands, callback_on_step_end)
+        t_track = time.perf_counter()
+        k = min(self.config.selection_frames, n)
+        sub = [int(i) for i in ((np.arange(k) + 0.5) * n / k).astype(int)]
+        frames = np.asarray(source.get_frames(sub))
+        sel = self.planner.select(frames, [Mark(c.id, tracks[j][sub]) for j, c in enumerate(cands)], query)
+        t_sel = time.perf_counter()
+        anchor_rgb = np.asarray(source.get_frames([anchor]))[0]
+        from planners.counterfactual import set_of_marks
+
+        marks_img = set_of_marks(anchor_rgb, [Mark(c.id, c.mask) for c in cands])[0]
+        seconds = {"track": t_track - t0, "select": t_sel - t_track}
+        if sel.no_match:
+            seconds["total"] = time.perf_counter() - t0
+            out = self._no_match(query, anchor, (n, h, w), sel, seconds, getattr(self.planner, "calls", 0) - calls0, config)
+            return dataclasses.replace(out, marks=marks_img).convert(output_type)
+        j = next(i for i, c in enumerate(cands) if c.id == sel.number)
+        target = tracks[j].copy()
+        events, modes = [], ["fast"] * n
+        if self.config.monitor:
+            target, events, modes = self.watch(source, anchor, cands, j, tracks, presence[j], target)
+        seconds["total"] = time.perf_counter() - t0
+        return ClearOutput(query=query, target_id=sel.number, no_match=False, ambiguous=sel.ambiguous, anchor_frame=anchor,
+                           selection=sel.to_dict(), events=events, modes=modes,
+                           planner_calls=getattr(self.planner, "calls", 0) - calls0, seconds=seconds,
+                           masks=target.astype(np.uint8), marks=marks_img, config=config).convert(output_type)
+
+    def watch(self, source, anchor: int, cands: list[Candidate], j: int, tracks: np.ndarray, presence: np.ndarray,
+              target: np.ndarray) -> tuple[np.ndarray, list[dict], list[str]]:
+        """Fast mode from the anchor to the end with the monitor; slow re-anchoring on escalation.
+        (Frames before the anchor keep the backward track.)"""
+        n = len(source)
+        mcfg = self.config.monitor_config()
+        monitor, controller = EventMonitor(mcfg), ModeController(mcfg)
+        anchor_rgb = np.asarray(source.get_frames([anchor]))[0]
+        concept = ConceptDictionary()
+        concept.add_anchor(appearance(anchor_rgb, cands[j].mask), anchor)
+        for i, c in enumerate(cands):
+            if i != j:
+                concept.add_distractor(appearance(anchor_rgb, c.mask))
+        monitor.set_prototypes(concept.positive, list(concept.negative))
+        events: list[dict] = []
+        modes = ["fast"] * n
+        confirmed = cands[j].mask
+        for t in range(anchor, n):
+            rgb = np.asarray(source.get_frames([t]))[0]
+            emb = appearance(rgb, target[t]) if target[t].any() else None
+            fired = monitor.update(t, target[t], float(presence[t]), frame=rgb, embedding=emb)
+            mode = controller.decide(t, fired)
+            action = "re-anchor" if mode == "slow" else "continue"
+            events += [{**e.to_dict(), "action": action} for e in fired if not e.check]
+            if mode == "slow":
+                modes[t] = "slow"
+                new = self.reanchor(rgb, concept, confirmed)
+                if new is not None:
+                    target[t:], presence[t:] = self.retrack(source, t, new)
+                    monitor.confirm(new)
+                    confirmed = new
+            elif emb is not None and concept.admit(emb, t, last_event_frame=events[-1]["frame"] if events else None):
+                monitor.set_prototypes(concept.positive, list(concept.negative))
+                confirmed = target[t]
+        return target, events, modes
+
+    def reanchor(self, rgb: np.ndarray, concept: ConceptDictionary, last: np.ndarray) -> np.ndarray | None:
+        """The proposal on this frame that best fits the dictionary and the last confirmed mask, if it
+        looks more like the target than like a distractor."""
+        best, best_score = None, 0.0
+        for c in self.proposer.propose(rgb):
+            score = concept.score(appearance(rgb, c.mask)) + self.config.reanchor_overlap * mask_iou(c.mask, last)
+            if score > best_score:
+                best, best_score = c.mask, score
+        return best
+
+    def retrack(self, source, start: int, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A fresh session prompted with ``mask`` at ``start``, propagated to the end: (masks, presence)."""
+        session = self.tracker.init_session(source, window=self.config.window)
+        session.add_prompt(start, 1, mask=mask)
+        masks = np.zeros((len(source) - start, *mask.shape), bool)
+        scores = np.zeros(len(source) - start, np.float32)
+        for f in session.propagate(start_frame=start):
+            masks[f.frame_idx - start], scores[f.frame_idx - start] = f.masks[0], f.scores[0]
+        return masks, scores
+
+
+__all__ = ["ClearPipeline", "ClearConfig", "ClearOutput", "InstanceSelector", "appearance"]

@@ -1,0 +1,85 @@
+"""ClearPipeline end to end on held-out worldgen vrs clips with the classic tracker and proposer and
+scripted selectors (the planner's quality is measured in its own tests and the benchmark)."""
+
+import numpy as np
+import pytest
+
+from pipelines.clear.pipeline import ClearConfig, ClearPipeline
+from planners.counterfactual import CandidateScore, Selection
+from trackers import load_tracker
+from trackers.proposals import ColourProposer
+from worldgen.tasks import vrs
+from worldgen.tasks.base import split_seed
+
+
+def clip(i: int):
+    s = vrs.generate(split_seed("test", 300, i), vrs.Config(level=1))
+    world = s.worlds["video"]
+    frames = np.stack([world.render(t).rgb for t in range(world.num_frames)])
+    ids = np.stack([world.render(t).ids for t in range(world.num_frames)])
+    return frames, ids == s.record["target_id"], s.record["query"]
+
+
+class OracleSelector:
+    """Picks the candidate whose track overlaps the true target most (the tracker's ceiling)."""
+
+    def __init__(self, truth: np.ndarray, sub_of):
+        self.truth, self.sub_of, self.calls = truth, sub_of, 0
+
+    def select(self, frames, marks, query):
+        self.calls += 1
+        truth = self.truth[self.sub_of(len(frames))]
+        iou = [np.logical_and(m.masks, truth).sum() / max(1, np.logical_or(m.masks, truth).sum()) for m in marks]
+        k = int(np.argmax(iou))
+        scores = [CandidateScore(m.number, 1.0 if i == k else 0.0) for i, m in enumerate(marks)]
+        return Selection(marks[k].number, False, 0.0, scores, [f"oracle: #{marks[k].number}"])
+
+
+class NothingSelector:
+    calls = 0
+
+    def select(self, frames, marks, query):
+        return Selection(None, False, 1.0, [], ["none"])
+
+
+def sub_indices(n_total):
+    return lambda k: [int(i) for i in ((np.arange(k) + 0.5) * n_total / k).astype(int)]
+
+
+def j_mean(pred, truth):
+    vis = truth.reshape(len(truth), -1).any(1)
+    inter = np.logical_and(pred > 0, truth).reshape(len(truth), -1).sum(1)
+    union = np.logical_or(pred > 0, truth).reshape(len(truth), -1).sum(1)
+    return float((inter[vis] / np.maximum(union[vis], 1)).mean())
+
+
+@pytest.mark.parametrize("monitor", [False, True])
+def test_oracle_anchor_tracks_the_target(monitor):
+    js = []
+    for i in range(3):
+        frames, truth, query = clip(i)
+        pipe = ClearPipeline(ClearConfig(monitor=monitor), planner=OracleSelector(truth, sub_indices(len(frames))),
+                             tracker=load_tracker("classic"), proposer=ColourProposer())
+        out = pipe(frames, query)
+        assert out.masks.shape == truth.shape and out.target_id is not None and len(out.modes) == len(frames)
+        assert out.marks.ndim == 3 and str(out).startswith("target: candidate #")
+        js.append(j_mean(out.masks, truth))
+    assert np.mean(js) > 0.5, js
+
+
+def test_no_object_matches_gives_empty_masks_not_an_error(tmp_path):
+    frames, truth, query = clip(0)
+    out = ClearPipeline(planner=NothingSelector(), tracker=load_tracker("classic"), proposer=ColourProposer())(frames, "a purple elephant")
+    assert out.no_match and out.target_id is None and not out.masks.any() and str(out).startswith("no object matches")
+    out.save(tmp_path / "o")
+    assert (tmp_path / "o" / "masks").is_dir() and (tmp_path / "o" / "marks.png").is_file()
+
+
+def test_bad_inputs():
+    from core.errors import AtelierError, InputError
+
+    pipe = ClearPipeline(planner=NothingSelector(), tracker=load_tracker("classic"), proposer=ColourProposer())
+    with pytest.raises(InputError, match="query"):
+        pipe(np.zeros((4, 32, 32, 3), np.uint8), " ")
+    with pytest.raises(AtelierError, match="no frames"):
+        pipe(np.zeros((0, 32, 32, 3), np.uint8), "the red one")
