@@ -3,12 +3,12 @@
 check_inputs -> anchor -> proposals -> candidate tracks -> selection -> fast propagation with the
 event monitor -> slow re-anchoring -> output:
 
-1. **anchor**: of ``anchor_samples`` uniformly spaced frames, the one with the most proposals
-   (every candidate is then visible on it; ties go to the earliest);
-2. **proposals** on the anchor (the ``proposer`` component, e.g. the classic colour proposer or SAM 2
-   automatic masks), labelled 1..N;
-3. **candidate tracks**: one multi-object tracker session prompted with every candidate's mask on
-   the anchor, propagated forward and backward, so the planner sees each candidate over time;
+1. **proposals** (the ``proposer`` component, e.g. the classic colour proposer or SAM 2 automatic
+   masks) on ``anchor_samples`` uniformly spaced frames; the **anchor** is the one with the most;
+2. **candidate tracks**: one multi-object tracker session prompted with the anchor's candidates,
+   propagated forward and backward; then every sampled proposal no track covers (an object that
+   appears late or leaves early) is tracked from its own frame; all renumbered 1..N;
+3. (the planner sees each candidate over time);
 4. **selection** by the ``planner`` (an instance selector: ``select(frames, marks, query) ->
    Selection``; the counterfactual VLM selector or the builtin instance reasoner) on
    ``selection_frames`` frames; "no object matches" gives empty masks;
@@ -63,6 +63,8 @@ class ClearConfig(PipelineConfig):
     heartbeat_every: int = setting(30, help="frames between cheap planner checks in fast mode", range=(1, 10_000))
     cooldown: int = setting(10, help="no slow re-anchoring within this many frames of the last one", range=(1, 10_000))
     reanchor_overlap: float = setting(0.3, help="weight of the overlap with the last confirmed mask when re-anchoring", range=(0.0, 10.0))
+    new_object_iou: float = setting(0.3, help="a proposal overlapping every track less than this is a new candidate", range=(0.0, 1.0))
+    contrast_cosine: float = setting(0.9, help="distractors more alike the target than this are not contrastive prototypes", range=(0.0, 1.0))
 
     def __post_init__(self):
         self.check_fields()
@@ -134,33 +136,51 @@ class ClearPipeline(Pipeline):
         if len(query) > MAX_QUERY_CHARS:
             raise InputError("query", f"{len(query)} characters", f"keep it under {MAX_QUERY_CHARS} characters")
 
-    def choose_anchor(self, source) -> tuple[int, list[Candidate]]:
-        """The sampled frame with the most proposals, and its proposals."""
+    def sample_proposals(self, source) -> list[tuple[int, list[Candidate]]]:
+        """Proposals on ``anchor_samples`` uniformly spaced frames."""
         n = len(source)
         k = min(self.config.anchor_samples, n)
-        indices = [int(i) for i in ((np.arange(k) + 0.5) * n / k).astype(int)]
-        best: tuple[int, list[Candidate]] = (indices[0], [])
-        for i in indices:
-            cands = self.proposer.propose(np.asarray(source.get_frames([i]))[0])
-            if len(cands) > len(best[1]):
-                best = (i, cands)
-        return best
+        indices = sorted({int(i) for i in ((np.arange(k) + 0.5) * n / k).astype(int)})
+        return [(i, self.proposer.propose(np.asarray(source.get_frames([i]))[0])) for i in indices]
 
-    def track_candidates(self, source, anchor: int, cands: list[Candidate], callback: Callable | None):
-        """Every candidate tracked over the clip from the anchor: masks ``(N, T, H, W)``, presence ``(N, T)``."""
-        n, h, w = len(source), *cands[0].mask.shape
-        check_allocation("video", f"{n} frames x {len(cands)} candidates", n * len(cands) * h * w, "use a shorter clip")
+    def candidate_tracks(self, source, samples, callback: Callable | None):
+        """Tracks of every object seen on the sampled frames: the anchor's candidates first (the
+        sampled frame with the most proposals; ties go to the earliest), then, frame by frame, each
+        proposal no track covers yet (an object that appears late or leaves early), tracked from its
+        own frame. Returns ``(anchor, candidates renumbered 1..N, their prompt frames, masks (N, T, H, W),
+        presence (N, T))``."""
+        anchor, first = max(samples, key=lambda s: (len(s[1]), -s[0]))
+        n, (h, w) = len(source), first[0].mask.shape
+        cap = sum(len(c) for _, c in samples)
+        check_allocation("video", f"{n} frames x up to {cap} candidates", n * cap * h * w, "use a shorter clip")
+        cands, starts, masks, presence = [], [], [], []
+        step = 0
+        for frame, props in [(anchor, first)] + [s for s in samples if s[0] != anchor]:
+            covered = np.stack(masks)[:, frame] if masks else np.zeros((0, h, w), bool)
+            new = [c for c in props if all(mask_iou(c.mask, m) < self.config.new_object_iou for m in covered)]
+            if not new:
+                continue
+            m, p = self.track(source, frame, new, callback, step)
+            step += n
+            for k, c in enumerate(new):
+                cands.append(dataclasses.replace(c, id=len(cands) + 1))
+                starts.append(frame)
+                masks.append(m[k])
+                presence.append(p[k])
+        return anchor, cands, starts, np.stack(masks), np.stack(presence)
+
+    def track(self, source, frame: int, cands: list[Candidate], callback: Callable | None, step: int = 0):
+        """``cands`` prompted on ``frame`` in one session, propagated both ways: masks ``(N, T, H, W)``, presence ``(N, T)``."""
+        n, (h, w) = len(source), cands[0].mask.shape
         masks = np.zeros((len(cands), n, h, w), bool)
         presence = np.zeros((len(cands), n), np.float32)
         session = self.tracker.init_session(source, window=self.config.window)
-        for c in cands:
-            session.add_prompt(anchor, c.id, mask=c.mask)
-        order = {c.id: k for k, c in enumerate(cands)}
-        step = 0
+        for k, c in enumerate(cands):
+            session.add_prompt(frame, k + 1, mask=c.mask)
         for reverse in (False, True):
-            for out in session.propagate(start_frame=anchor, reverse=reverse):
-                for obj, m, s in zip(out.obj_ids, out.masks, out.scores):
-                    masks[order[obj], out.frame_idx], presence[order[obj], out.frame_idx] = m, s
+            for out in session.propagate(start_frame=frame, reverse=reverse):
+                for obj, m, sc in zip(out.obj_ids, out.masks, out.scores):
+                    masks[obj - 1, out.frame_idx], presence[obj - 1, out.frame_idx] = m, sc
                 self.step_end(callback, step, {"stage": "track candidates", "frame": out.frame_idx})
                 step += 1
         return masks, presence
@@ -186,13 +206,13 @@ class ClearPipeline(Pipeline):
         if n < 1:
             raise InputError("video", f"{n} frames", "the video has no frames")
         config = dataclasses.asdict(self.config)
-        anchor, cands = self.choose_anchor(source)
-        h, w = np.asarray(source.get_frames([anchor])).shape[1:3]
+        samples = self.sample_proposals(source)
+        h, w = np.asarray(source.get_frames([0])).shape[1:3]
         calls0 = getattr(self.planner, "calls", 0)
-        if not cands:
+        if not any(c for _, c in samples):
             sel = Selection(None, False, 1.0, [], ["no candidate objects were found"])
-            return self._no_match(query, anchor, (n, h, w), sel, {"total": time.perf_counter() - t0}, 0, config).convert(output_type)
-        tracks, presence = self.track_candidates(source, anchor, cands, callback_on_step_end)
+            return self._no_match(query, samples[0][0], (n, h, w), sel, {"total": time.perf_counter() - t0}, 0, config).convert(output_type)
+        anchor, cands, starts, tracks, presence = self.candidate_tracks(source, samples, callback_on_step_end)
         t_track = time.perf_counter()
         k = min(self.config.selection_frames, n)
         sub = [int(i) for i in ((np.arange(k) + 0.5) * n / k).astype(int)]
@@ -202,7 +222,7 @@ class ClearPipeline(Pipeline):
         anchor_rgb = np.asarray(source.get_frames([anchor]))[0]
         from planners.counterfactual import set_of_marks
 
-        marks_img = set_of_marks(anchor_rgb, [Mark(c.id, c.mask) for c in cands])[0]
+        marks_img = set_of_marks(anchor_rgb, [Mark(c.id, tracks[k][anchor]) for k, c in enumerate(cands)])[0]
         seconds = {"track": t_track - t0, "select": t_sel - t_track}
         if sel.no_match:
             seconds["total"] = time.perf_counter() - t0
@@ -212,7 +232,7 @@ class ClearPipeline(Pipeline):
         target = tracks[j].copy()
         events, modes = [], ["fast"] * n
         if self.config.monitor:
-            target, events, modes = self.watch(source, anchor, cands, j, tracks, presence[j], target)
+            target, events, modes = self.watch(source, starts[j], cands, j, tracks, presence[j], target)
         seconds["total"] = time.perf_counter() - t0
         return ClearOutput(query=query, target_id=sel.number, no_match=False, ambiguous=sel.ambiguous, anchor_frame=anchor,
                            selection=sel.to_dict(), events=events, modes=modes,
@@ -229,9 +249,12 @@ class ClearPipeline(Pipeline):
         anchor_rgb = np.asarray(source.get_frames([anchor]))[0]
         concept = ConceptDictionary()
         concept.add_anchor(appearance(anchor_rgb, cands[j].mask), anchor)
-        for i, c in enumerate(cands):
-            if i != j:
-                concept.add_distractor(appearance(anchor_rgb, c.mask))
+        for i in range(len(cands)):
+            other = appearance(anchor_rgb, tracks[i][anchor]) if i != j else None
+            # a distractor that looks just like the target carries no contrast (same colour: only the
+            # planner can tell them apart), and would make every frame look like a switch [PROPOSED]
+            if other is not None and float(other @ concept.positive[0]) < self.config.contrast_cosine:
+                concept.add_distractor(other)
         monitor.set_prototypes(concept.positive, list(concept.negative))
         events: list[dict] = []
         modes = ["fast"] * n
