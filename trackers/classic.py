@@ -39,16 +39,15 @@ mask, two histograms, a template and a few numbers. Nothing grows with the video
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 
-from core.atomic import write_json_atomic
+from core.config_io import ConfigComponent
 from core.errors import InputError
 from core.masks import mask_to_box
 from trackers.protocol import Prompt, SessionBase, TrackedFrame
@@ -60,7 +59,7 @@ EPS = 1e-6
 
 
 @dataclass
-class ClassicTracker:
+class ClassicTracker(ConfigComponent):
     """OpenCV tracker (see the module docstring); every field is a tunable [PROPOSED] default.
 
     Working resolution and flow:
@@ -149,6 +148,7 @@ class ClassicTracker:
     point_max_fraction: float = 0.5
     point_radius: float = 0.05
     backend: str = field(default="classic", init=False, repr=False)
+    MODEL_NAME = MODEL_NAME
 
     def __post_init__(self):
         self.bins = tuple(int(b) for b in self.bins)
@@ -169,34 +169,6 @@ class ClassicTracker:
     def init_session(self, video: Any, *, window: int = 16) -> ClassicSession:
         """A tracking session over ``video`` (path, ``Video``, ``(T, H, W, 3)`` array or frame source)."""
         return ClassicSession(video, window, tracker=self)
-
-    def config(self) -> dict:
-        """The tunables as a JSON-safe dict (what ``save_pretrained`` writes)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.init}
-
-    def save_pretrained(self, directory: str | Path) -> Path:
-        """Write ``config.json`` (``{"model": "classic-tracker", <tunables>}``) into ``directory``."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(directory / "config.json", {"model": MODEL_NAME, **self.config()})
-        return directory
-
-    @classmethod
-    def from_pretrained(cls, directory: str | Path, device: Any = None, dtype: Any = None, **overrides: Any) -> ClassicTracker:
-        """Read a folder written by ``save_pretrained``; ``overrides`` replace saved tunables.
-        ``device`` and ``dtype`` are accepted (pipelines pass them) and ignored: it runs on the CPU."""
-        path = Path(directory) / "config.json"
-        try:
-            cfg = json.loads(path.read_text())
-        except (OSError, ValueError):
-            raise InputError("directory", str(directory), "no readable config.json; pass a folder written by ClassicTracker.save_pretrained") from None
-        if not isinstance(cfg, dict) or cfg.get("model") != MODEL_NAME:
-            raise InputError("directory", str(directory), f"its config.json is not a {MODEL_NAME} config")
-        known = {f.name for f in fields(cls) if f.init}
-        unknown = sorted(set(cfg) - known - {"model"} | set(overrides) - known)
-        if unknown:
-            raise InputError("config", unknown, f"unknown tunables; known ones are {sorted(known)}")
-        return cls(**{**{k: v for k, v in cfg.items() if k != "model"}, **overrides})
 
 
 # ---------------------------------------------------------------------------------- colour

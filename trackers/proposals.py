@@ -33,6 +33,7 @@ from typing import Protocol, runtime_checkable
 import cv2
 import numpy as np
 
+from core.config_io import ConfigComponent
 from core.errors import InputError
 from core.masks import mask_to_box
 from trackers.classic import disc
@@ -113,7 +114,7 @@ def _box_disjoint(a: tuple, b: tuple) -> bool:
 
 
 @dataclass
-class ColourProposer:
+class ColourProposer(ConfigComponent):
     """Colour-quantisation proposals (see the module docstring); every field is a [PROPOSED] default.
 
     background_colours: k-means centres fitted to the border pixels.
@@ -154,6 +155,7 @@ class ColourProposer:
     min_area: float = 0.003
     max_area: float = 0.6
     max_candidates: int = 12
+    MODEL_NAME = "colour-proposer"
 
     def propose(self, frame: np.ndarray, phrase: str | None = None) -> list[Candidate]:
         """Candidates of ``frame`` (RGB uint8 ``(H, W, 3)``), best first, ids 1..N; ``phrase`` is ignored."""
@@ -268,3 +270,28 @@ def _distances(pixels: np.ndarray, colours: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["Candidate", "Proposer", "ColourProposer", "candidate", "mask_nms", "size_filter", "select", "id_map"]
+
+
+def load_proposer(spec: str = "classic", device=None, dtype=None, **kwargs):
+    """A proposer for ``spec``: ``classic`` (colours, no weights), a saved colour-proposer folder, or
+    a SAM 2 / SAM 3 checkpoint directory (automatic masks / concept prompts)."""
+    import json
+    from pathlib import Path
+
+    if spec == "classic":
+        return ColourProposer(**kwargs)
+    path = Path(str(spec)).expanduser()
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        raise InputError("proposer", str(spec), "pass 'classic' or a folder with a config.json (a SAM 2 / SAM 3 checkpoint)") from None
+    if config.get("model") == ColourProposer.MODEL_NAME:
+        return ColourProposer.from_pretrained(path, **kwargs)
+    from trackers import hf_proposals
+
+    kind = config.get("model_type")
+    if kind in ("sam2_video", "sam2"):
+        return hf_proposals.Sam2AutoMaskProposer.from_pretrained(path, device=device, dtype=dtype, **kwargs)
+    if kind in ("sam3_video", "sam3"):
+        return hf_proposals.Sam3ConceptProposer.from_pretrained(path, device=device, dtype=dtype, **kwargs)
+    raise InputError("proposer", str(spec), f"its config.json says model_type={kind!r}, not a SAM 2 / SAM 3 model")
