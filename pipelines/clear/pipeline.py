@@ -65,6 +65,7 @@ class ClearConfig(PipelineConfig):
     reanchor_overlap: float = setting(0.3, help="weight of the overlap with the last confirmed mask when re-anchoring", range=(0.0, 10.0))
     new_object_iou: float = setting(0.3, help="a proposal overlapping every track less than this is a new candidate", range=(0.0, 1.0))
     contrast_cosine: float = setting(0.9, help="distractors more alike the target than this are not contrastive prototypes", range=(0.0, 1.0))
+    overlay: bool = setting(True, help="keep an overlay video of the target on the frames in the output (overlay.mp4)")
 
     def __post_init__(self):
         self.check_fields()
@@ -92,6 +93,16 @@ class ClearOutput(PipelineOutput):
     seconds: dict
     masks: np.ndarray = output_field("masks")
     marks: np.ndarray | None = output_field("image", default=None)
+    overlay: np.ndarray | None = output_field("video", default=None)
+
+    def timeline(self) -> np.ndarray:
+        """The event timeline as an RGB image (mode per frame, events as ticks)."""
+        from pipelines.clear.viz import timeline_image
+
+        return timeline_image(self.modes, self.events, present=(self.masks.reshape(len(self.masks), -1) > 0).any(1))
+
+    def pictures(self) -> dict[str, np.ndarray | None]:
+        return {"timeline": self.timeline()}
 
     def summary(self) -> dict[str, Any]:
         slow = sum(m == "slow" for m in self.modes)
@@ -237,7 +248,18 @@ class ClearPipeline(Pipeline):
         return ClearOutput(query=query, target_id=sel.number, no_match=False, ambiguous=sel.ambiguous, anchor_frame=anchor,
                            selection=sel.to_dict(), events=events, modes=modes,
                            planner_calls=getattr(self.planner, "calls", 0) - calls0, seconds=seconds,
-                           masks=target.astype(np.uint8), marks=marks_img, config=config).convert(output_type)
+                           masks=target.astype(np.uint8), marks=marks_img, overlay=self.overlay(source, target),
+                           config=config).convert(output_type)
+
+    def overlay(self, source, target: np.ndarray) -> np.ndarray | None:
+        """The frames with the target drawn on them (``config.overlay``), bounded by memory."""
+        if not self.config.overlay:
+            return None
+        from core.overlay import draw_masks
+
+        n, h, w = target.shape
+        check_allocation("overlay", f"{n} frames of {w}x{h}", 2 * n * h * w * 3, "pass overlay=False for a long video")
+        return draw_masks(np.asarray(source.get_frames(list(range(n)))), target.astype(np.uint8), alpha=0.5)
 
     def watch(self, source, anchor: int, cands: list[Candidate], j: int, tracks: np.ndarray, presence: np.ndarray,
               target: np.ndarray) -> tuple[np.ndarray, list[dict], list[str]]:
