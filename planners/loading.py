@@ -16,6 +16,7 @@ from typing import Any
 from core.errors import AtelierError, InputError
 
 BUILTIN = "builtin"
+INSTANCES_DIR = Path(__file__).resolve().parents[1] / "weights" / "builtin" / "instances"
 
 
 class BuiltinUnavailableError(AtelierError):
@@ -85,3 +86,21 @@ def _load_hf(spec: str, device: str | None, dtype: str | None, trust_remote_code
         # transformers says "offline mode" / "not a local folder" / "unrecognized model" in an OSError or ValueError
         raise InputError("vlm", spec, f"cannot load it as a transformers VLM ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                                       "pass a downloaded checkpoint directory, or download it first (the hub is offline here)") from None
+
+
+def load_selector(spec: str = BUILTIN, device: str | None = None, dtype: str | None = None, trust_remote_code: bool = False) -> Any:
+    """CLEAR's instance selector for ``spec``: ``"builtin"`` (the shipped builtin instance reasoner),
+    a saved instance-reasoner folder, or any VLM spec ``load_vlm`` takes, wrapped in the
+    causal-counterfactual selector (set-of-marks choice checked by keep-only / removal renders)."""
+    path = Path(str(spec)).expanduser()
+    if spec == BUILTIN or (path.is_dir() and _saved_kind(path) == "builtin-instance-reasoner"):
+        try:
+            from planners.builtin.instances import BuiltinInstanceReasoner
+
+            return BuiltinInstanceReasoner.from_pretrained(INSTANCES_DIR if spec == BUILTIN else path, device=device)
+        except (ImportError, OSError, AtelierError) as e:
+            raise BuiltinUnavailableError(f"the builtin instance reasoner is not available ({type(e).__name__}: {e}); "
+                                          "pass --vlm PATH (a transformers VLM checkpoint) or train it: python -m training.instances") from None
+    from planners.counterfactual import CounterfactualSelector
+
+    return CounterfactualSelector(load_vlm(spec, device, dtype, trust_remote_code))

@@ -33,7 +33,8 @@ def backend_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def load_tracker(spec: str = "classic", device: str | None = None, dtype: str | None = None, **kwargs: Any) -> Tracker:
+def load_tracker(spec: str = "classic", device: str | None = None, dtype: str | None = None, trust_remote_code: bool = False,
+                 **kwargs: Any) -> Tracker:
     """A tracker for ``spec``: a backend name (``classic``; ``sam2`` / ``sam3`` need a checkpoint), a
     SAM 2 / SAM 3 checkpoint directory, or a folder written by ``ClassicTracker.save_pretrained``."""
     if not isinstance(spec, (str, Path)) or not str(spec).strip():

@@ -272,7 +272,7 @@ def _distances(pixels: np.ndarray, colours: np.ndarray) -> np.ndarray:
 __all__ = ["Candidate", "Proposer", "ColourProposer", "candidate", "mask_nms", "size_filter", "select", "id_map"]
 
 
-def load_proposer(spec: str = "classic", device=None, dtype=None, **kwargs):
+def load_proposer(spec: str = "classic", device=None, dtype=None, trust_remote_code: bool = False, **kwargs):
     """A proposer for ``spec``: ``classic`` (colours, no weights), a saved colour-proposer folder, or
     a SAM 2 / SAM 3 checkpoint directory (automatic masks / concept prompts)."""
     import json

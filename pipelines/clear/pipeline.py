@@ -135,9 +135,9 @@ class ClearPipeline(Pipeline):
     """CLEAR with a ``planner`` (instance selector), a ``tracker`` and a ``proposer`` component."""
 
     component_specs = {
-        "planner": ComponentSpec(InstanceSelector, help="chooses the candidate the query refers to"),
+        "planner": ComponentSpec(InstanceSelector, "planners.loading:load_selector", help="planner that chooses the candidate the query refers to"),
         "tracker": ComponentSpec(Tracker, "trackers:load_tracker", help="tracker: 'classic' or a SAM 2 / SAM 3 checkpoint"),
-        "proposer": ComponentSpec(Proposer, help="proposes candidate objects on a frame"),
+        "proposer": ComponentSpec(Proposer, "trackers.proposals:load_proposer", help="proposes candidate objects on a frame"),
     }
     config_class = ClearConfig
 
