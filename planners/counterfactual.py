@@ -182,8 +182,7 @@ class CounterfactualSelector:
         p_none = float(p[0])
         scores = [CandidateScore(m.number, float(p[i + 1])) for i, m in enumerate(marks)]
         lines = [f"forward choice: " + ", ".join(f"#{s.number} {s.forward:.2f}" for s in scores) + f", none {p_none:.2f}"]
-        order = sorted(range(len(marks)), key=lambda i: -scores[i].forward)
-        short = [i for i in order[: self.shortlist] if scores[i].forward >= self.min_forward] or order[:1]
+        order, short = shortlist(scores, self.shortlist, self.min_forward)
         for i in short:
             s = scores[i]
             s.total = math.log(s.forward + EPS)
@@ -192,26 +191,50 @@ class CounterfactualSelector:
             mask = marks[i].masks
             s.sufficiency = self._yes(keep_only(frames, mask, self.keep_mode), f"Does the highlighted object match: {query}?")
             s.necessity = 1.0 - self._yes(remove(frames, mask), f"Is there any object that matches: {query}?")
-            s.total += self.w_suff * math.log(s.sufficiency + EPS) + self.w_nec * math.log(s.necessity + EPS)
+            s.total = combined_score(s, self.w_suff, self.w_nec)
             if self.reverse:
                 kept = keep_only(frames, mask, self.keep_mode)
                 self.calls += 1
                 s.description = self.vlm.generate([user_turn(kept, "Describe the highlighted object in at most 20 words.")])[0]
                 s.reverse = self._yes(kept, f"The highlighted object is {s.description}. Does that match: {query}?")
-                s.total += self.w_rev * math.log(s.reverse + EPS)
+                s.total = combined_score(s, self.w_suff, self.w_nec, self.w_rev)
             lines.append(f"#{s.number}: keep-only says {s.sufficiency:.2f} it matches; without it, {1 - s.necessity:.2f} that another does"
                          + (f"; described as '{s.description}' ({s.reverse:.2f})" if s.reverse is not None else ""))
-        best = max(short, key=lambda i: scores[i].total)
-        winner = scores[best]
-        if self.checks and p_none >= max(s.forward for s in scores) and all((scores[i].sufficiency or 0) < self.accept for i in short):
-            lines.append("none is the forward choice and no candidate is sufficient: no object matches")
-            return Selection(None, False, p_none, scores, lines)
-        if not self.checks:
-            lines.append(f"chosen #{winner.number} by the forward choice alone")
-            return Selection(winner.number, False, p_none, scores, lines)
-        agrees = best == order[0] and winner.sufficiency >= self.accept and winner.necessity >= self.accept
-        lines.append(f"chosen #{winner.number}" + ("" if agrees else " (ambiguous: the forward choice and the checks disagree)"))
-        return Selection(winner.number, not agrees, p_none, scores, lines)
+        return decide(scores, order, short, p_none, lines, self.checks, self.accept)
 
 
-__all__ = ["Mark", "Selection", "CandidateScore", "CounterfactualSelector", "set_of_marks", "keep_only", "remove", "NONE_OPTION"]
+def shortlist(scores: Sequence[CandidateScore], k: int, min_forward: float) -> tuple[list[int], list[int]]:
+    """(every candidate index by falling forward probability, the top ``k`` of them at or above
+    ``min_forward``, or the top one when none is)."""
+    order = sorted(range(len(scores)), key=lambda i: -scores[i].forward)
+    return order, [i for i in order[:k] if scores[i].forward >= min_forward] or order[:1]
+
+
+def combined_score(s: CandidateScore, w_suff: float = 1.0, w_nec: float = 1.0, w_rev: float = 1.0) -> float:
+    """``log p_fwd + w_suff log p_suff + w_nec log p_nec + w_rev log p_rev`` over the checks that were run."""
+    total = math.log(s.forward + EPS)
+    for w, p in ((w_suff, s.sufficiency), (w_nec, s.necessity), (w_rev, s.reverse)):
+        if p is not None:
+            total += w * math.log(p + EPS)
+    return total
+
+
+def decide(scores: list[CandidateScore], order: list[int], short: list[int], p_none: float, lines: list[str],
+           checks: bool = True, accept: float = 0.5) -> Selection:
+    """The decision rule shared by every selector: the shortlisted candidate with the best ``total``,
+    "no object matches" when "none" wins the forward choice and no shortlisted candidate is
+    sufficient, and ambiguous unless the winner is also the forward choice and passes both checks."""
+    best = max(short, key=lambda i: scores[i].total)
+    winner = scores[best]
+    if checks and p_none >= max(s.forward for s in scores) and all((scores[i].sufficiency or 0) < accept for i in short):
+        lines.append("none is the forward choice and no candidate is sufficient: no object matches")
+        return Selection(None, False, p_none, scores, lines)
+    if not checks:
+        lines.append(f"chosen #{winner.number} by the forward choice alone")
+        return Selection(winner.number, False, p_none, scores, lines)
+    agrees = best == order[0] and winner.sufficiency >= accept and winner.necessity >= accept
+    lines.append(f"chosen #{winner.number}" + ("" if agrees else " (ambiguous: the forward choice and the checks disagree)"))
+    return Selection(winner.number, not agrees, p_none, scores, lines)
+
+
+__all__ = ["Mark", "Selection", "CandidateScore", "CounterfactualSelector", "shortlist", "combined_score", "decide", "set_of_marks", "keep_only", "remove", "NONE_OPTION"]
