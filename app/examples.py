@@ -35,4 +35,22 @@ def gridprobe_examples() -> list[list]:
     return rows
 
 
-EXAMPLES: dict[str, Callable[[], list[list]]] = {"ask": gridprobe_examples}
+@functools.lru_cache(maxsize=1)
+def clear_examples() -> list[list]:
+    """Three held-out video reasoning segmentation clips (levels 1-3) with their queries."""
+    from core.video import write_video
+    from worldgen.tasks import vrs
+    from worldgen.tasks.base import split_seed
+
+    rows = []
+    for level in (1, 2, 3):
+        sample = vrs.generate(split_seed("test", 11, level), vrs.Config(level=level))
+        world = sample.worlds["video"]
+        clip = _folder() / f"vrs_level{level}.mp4"
+        if not clip.exists():
+            write_video(clip, (world.render(t).rgb for t in range(world.num_frames)), fps=world.fps)
+        rows.append([str(clip), sample.record["query"]])
+    return rows
+
+
+EXAMPLES: dict[str, Callable[[], list[list]]] = {"ask": gridprobe_examples, "segment": clear_examples}

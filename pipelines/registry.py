@@ -22,6 +22,7 @@ from core.errors import InputError
 # verb -> "module:attribute" of its PipelineApp; imported on first use so `atelier --help` stays fast
 PIPELINE_APPS: dict[str, str] = {
     "ask": "pipelines.gridprobe.app:APP",
+    "segment": "pipelines.clear.app:APP",
 }
 
 INPUT_KINDS = ("video", "image", "text", "texts")

@@ -83,3 +83,19 @@ def test_bad_inputs():
         pipe(np.zeros((4, 32, 32, 3), np.uint8), " ")
     with pytest.raises(AtelierError, match="no frames"):
         pipe(np.zeros((0, 32, 32, 3), np.uint8), "the red one")
+
+
+def test_segment_verb_runs_on_the_builtin_backend(tmp_path, capsys):
+    """`atelier segment` with the shipped builtin planner, classic tracker and proposer, end to end."""
+    import json
+
+    from app.cli import main
+    from core.video import write_video
+
+    frames, truth, query = clip(1)
+    video = write_video(tmp_path / "clip.mp4", frames, fps=12)
+    assert main(["segment", str(video), query, "-o", str(tmp_path / "seg"), "--json", "--no-progress"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["frames"] == len(frames) and s["planner_calls"] >= 1
+    for name in ("masks", "masks.rle.json", "overlay.mp4", "marks.png", "timeline.png", "result.json"):
+        assert (tmp_path / "seg" / name).exists(), name

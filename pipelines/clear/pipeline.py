@@ -141,6 +141,12 @@ class ClearPipeline(Pipeline):
     }
     config_class = ClearConfig
 
+    _selections = 0
+
+    def planner_calls(self) -> int:
+        """Model calls the planner made (its own count where it keeps one, else one per selection)."""
+        return int(getattr(self.planner, "calls", self._selections))
+
     def check_inputs(self, query: str) -> None:
         if not isinstance(query, str) or not query.strip():
             raise InputError("query", query, "say what to segment, e.g. 'the red circle that disappears first'")
@@ -219,7 +225,7 @@ class ClearPipeline(Pipeline):
         config = dataclasses.asdict(self.config)
         samples = self.sample_proposals(source)
         h, w = np.asarray(source.get_frames([0])).shape[1:3]
-        calls0 = getattr(self.planner, "calls", 0)
+        calls0 = self.planner_calls()
         if not any(c for _, c in samples):
             sel = Selection(None, False, 1.0, [], ["no candidate objects were found"])
             return self._no_match(query, samples[0][0], (n, h, w), sel, {"total": time.perf_counter() - t0}, 0, config).convert(output_type)
@@ -229,6 +235,7 @@ class ClearPipeline(Pipeline):
         sub = [int(i) for i in ((np.arange(k) + 0.5) * n / k).astype(int)]
         frames = np.asarray(source.get_frames(sub))
         sel = self.planner.select(frames, [Mark(c.id, tracks[j][sub]) for j, c in enumerate(cands)], query)
+        self._selections += 1
         t_sel = time.perf_counter()
         anchor_rgb = np.asarray(source.get_frames([anchor]))[0]
         from planners.counterfactual import set_of_marks
@@ -237,7 +244,7 @@ class ClearPipeline(Pipeline):
         seconds = {"track": t_track - t0, "select": t_sel - t_track}
         if sel.no_match:
             seconds["total"] = time.perf_counter() - t0
-            out = self._no_match(query, anchor, (n, h, w), sel, seconds, getattr(self.planner, "calls", 0) - calls0, config)
+            out = self._no_match(query, anchor, (n, h, w), sel, seconds, self.planner_calls() - calls0, config)
             return dataclasses.replace(out, marks=marks_img).convert(output_type)
         j = next(i for i, c in enumerate(cands) if c.id == sel.number)
         target = tracks[j].copy()
@@ -247,7 +254,7 @@ class ClearPipeline(Pipeline):
         seconds["total"] = time.perf_counter() - t0
         return ClearOutput(query=query, target_id=sel.number, no_match=False, ambiguous=sel.ambiguous, anchor_frame=anchor,
                            selection=sel.to_dict(), events=events, modes=modes,
-                           planner_calls=getattr(self.planner, "calls", 0) - calls0, seconds=seconds,
+                           planner_calls=self.planner_calls() - calls0, seconds=seconds,
                            masks=target.astype(np.uint8), marks=marks_img, overlay=self.overlay(source, target),
                            config=config).convert(output_type)
 

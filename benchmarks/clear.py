@@ -1,0 +1,205 @@
+"""Benchmark CLEAR against its ablations on held-out synthetic video reasoning segmentation clips.
+
+    python -m benchmarks.clear [--planner builtin|PATH] [--tracker classic|DIR] [--n 200] [--start 0] [--out outputs/bench/clear]
+    python -m benchmarks.clear --merge DIR [DIR ...] --out DIR
+
+Clips: worldgen ``vrs`` items of the **test** split (seeds ``split_seed("test", 500, i)``), levels
+cycled 1, 2, 3, every query kind as drawn. Methods, all on the same clips with the same tracker and
+proposer:
+
+- ``clear``: the pipeline as shipped (candidate tracks, selection with counterfactual checks, the
+  event monitor with slow re-anchoring);
+- ``prompt_then_track``: the choice made from one frame (``selection_frames=1``), then the tracker
+  alone (no monitor): the usual ground-once-then-propagate recipe;
+- ``no_checks``: the planner's forward choice without its counterfactual checks;
+- ``no_monitor``: CLEAR without the monitor;
+- ``oracle``: the candidate that overlaps the true target most, with the monitor: the ceiling of
+  the tracker and proposer.
+
+Per clip: J&F of the target (DAVIS definitions, ``scorers.vos``, every frame; empty-vs-empty scores
+1), identity switches (runs of frames where the prediction overlaps another object more than the
+target), recovery (the share of switch runs after which the prediction returns to the target),
+planner calls, slow frames and frames per second. Rows are appended to ``rows.jsonl`` as clips
+finish (``benchmarks.common``), so a run resumes and shards merge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import RowLog, add_shard_arguments, command_line, group_rows, markdown_table, merge_rows, paired_bootstrap, write_results
+
+logger = logging.getLogger("benchmarks.clear")
+METHODS = ("clear", "prompt_then_track", "no_checks", "no_monitor", "oracle")
+SEED_BASE = 500
+
+
+def clip(i: int):
+    from worldgen.tasks import vrs
+    from worldgen.tasks.base import split_seed
+
+    s = vrs.generate(split_seed("test", SEED_BASE, i), vrs.Config(level=1 + i % 3))
+    world = s.worlds["video"]
+    renders = [world.render(t) for t in range(world.num_frames)]
+    return s.record, np.stack([r.rgb for r in renders]), np.stack([r.ids for r in renders])
+
+
+class OracleSelector:
+    """Chooses the candidate whose track overlaps the true target most over the selection frames."""
+
+    calls = 0
+
+    def __init__(self, truth: np.ndarray):
+        self.truth = truth
+
+    def select(self, frames, marks, query):
+        from planners.counterfactual import CandidateScore, Selection
+
+        k = len(frames)
+        sub = [int(i) for i in ((np.arange(k) + 0.5) * len(self.truth) / k).astype(int)]
+        truth = self.truth[sub]
+        iou = [np.logical_and(m.masks, truth).sum() / max(1, np.logical_or(m.masks, truth).sum()) for m in marks]
+        best = int(np.argmax(iou))
+        return Selection(marks[best].number, False, 0.0, [CandidateScore(m.number, float(i == best)) for i, m in enumerate(marks)],
+                         [f"oracle: #{marks[best].number}"])
+
+
+class WithoutChecks:
+    """A planner's forward choice alone."""
+
+    def __init__(self, planner):
+        self.planner = planner
+
+    @property
+    def calls(self) -> int:
+        return getattr(self.planner, "calls", 0)
+
+    def select(self, frames, marks, query):
+        return self.planner.select(frames, marks, query, checks=False)
+
+
+def switches(pred: np.ndarray, ids: np.ndarray, target: int) -> tuple[int, float]:
+    """(identity-switch runs, share of them after which the prediction returns to the target)."""
+    owner = []
+    for p, gt in zip(pred, ids):
+        if not p.any():
+            owner.append(None)
+            continue
+        labels, counts = np.unique(gt[p], return_counts=True)
+        keep = labels != 0
+        owner.append(int(labels[keep][np.argmax(counts[keep])]) if keep.any() else None)
+    runs, recovered, inside = 0, 0, False
+    for k, o in enumerate(owner):
+        if o is not None and o != target and not inside:
+            runs, inside = runs + 1, True
+        elif o == target and inside:
+            recovered, inside = recovered + 1, False
+    return runs, (recovered / runs if runs else 1.0)
+
+
+def j_and_f(pred: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
+    from scorers.vos import db_eval_iou, f_measure
+
+    j = float(np.mean([db_eval_iou(t, p) for p, t in zip(pred, truth)]))
+    f = float(np.mean([f_measure(p, t) for p, t in zip(pred, truth)]))
+    return j, f
+
+
+def build(args, method: str, truth: np.ndarray, planner, tracker, proposer):
+    from pipelines.clear import ClearConfig, ClearPipeline
+
+    config = {"prompt_then_track": ClearConfig(selection_frames=1, monitor=False, overlay=False),
+              "no_monitor": ClearConfig(monitor=False, overlay=False)}.get(method, ClearConfig(overlay=False))
+    chosen = {"oracle": OracleSelector(truth), "no_checks": WithoutChecks(planner)}.get(method, planner)
+    pipe = ClearPipeline(config, planner=chosen, tracker=tracker, proposer=proposer)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def run(args) -> list[dict]:
+    from planners.loading import load_selector
+    from trackers import load_tracker
+    from trackers.proposals import load_proposer
+
+    planner, tracker, proposer = load_selector(args.planner), load_tracker(args.tracker), load_proposer(args.proposer)
+    header = {"planner": args.planner, "tracker": args.tracker, "proposer": args.proposer, "methods": list(METHODS), "seed": SEED_BASE}
+    log = RowLog(args.out, header)
+    items = list(range(args.start, args.start + args.n))
+    for i in log.todo(items):
+        rec, frames, ids = clip(i)
+        truth = ids == rec["target_id"]
+        rows = []
+        for method in METHODS:
+            pipe = build(args, method, truth, planner, tracker, proposer)
+            t0 = time.perf_counter()
+            out = pipe(frames, rec["query"])
+            dt = time.perf_counter() - t0
+            pred = out.masks > 0
+            j, f = j_and_f(pred, truth)
+            runs, recovery = switches(pred, ids, rec["target_id"])
+            rows.append({"item": i, "seed": rec["seed"], "level": rec["level"], "kind": rec["query_struct"]["kind"],
+                         "hard": rec["hard"], "method": method, "J": j, "F": f, "JF": (j + f) / 2, "switches": runs,
+                         "recovery": recovery, "planner_calls": out.planner_calls, "slow_frames": sum(m == "slow" for m in out.modes),
+                         "frames": len(frames), "fps": len(frames) / dt, "no_match": out.no_match, "ambiguous": out.ambiguous})
+        log.append(rows)
+        clear = next(r for r in rows if r["method"] == "clear")
+        logger.info("clip %d (%s, level %d) J&F %s", i, clear["kind"], clear["level"], " ".join(f"{r['method']}={r['JF']:.2f}" for r in rows))
+    return log.select(items)
+
+
+def summarise(rows: list[dict]) -> tuple[dict, str]:
+    by = group_rows(rows, lambda r: r["method"])
+    summary = {}
+    for method, rs in by.items():
+        summary[method] = {"n": len(rs), "JF": float(np.mean([r["JF"] for r in rs])), "J": float(np.mean([r["J"] for r in rs])),
+                           "F": float(np.mean([r["F"] for r in rs])), "switches_per_clip": float(np.mean([r["switches"] for r in rs])),
+                           "recovery": float(np.mean([r["recovery"] for r in rs if r["switches"]] or [1.0])),
+                           "planner_calls": float(np.mean([r["planner_calls"] for r in rs])),
+                           "slow_per_50_frames": 50 * sum(r["slow_frames"] for r in rs) / max(1, sum(r["frames"] for r in rs)),
+                           "fps": float(np.mean([r["fps"] for r in rs]))}
+    base = {r["item"]: r["JF"] for r in by.get("prompt_then_track", [])}
+    for method, rs in by.items():
+        pairs = [(r["JF"], base[r["item"]]) for r in rs if r["item"] in base]
+        if pairs and method != "prompt_then_track":
+            summary[method]["vs_prompt_then_track"] = paired_bootstrap([a for a, _ in pairs], [b for _, b in pairs])
+    ptt = {r["item"]: r["switches"] for r in by.get("prompt_then_track", [])}
+    clear = {r["item"]: r for r in by.get("clear", [])}
+    had = [i for i, s in ptt.items() if s and i in clear]
+    summary["monitor_catches"] = float(np.mean([clear[i]["switches"] < ptt[i] or clear[i]["recovery"] == 1.0 for i in had])) if had else None
+    lines = ["# CLEAR on worldgen vrs (test split)", "", f"Clips: {len({r['item'] for r in rows})}.", ""]
+    lines += markdown_table(["method", "J&F", "J", "F", "vs prompt-then-track (pp J&F)", "switches / clip", "recovery", "planner calls", "slow / 50 frames", "frames/s"],
+                            [[m, f"{s['JF']:.3f}", f"{s['J']:.3f}", f"{s['F']:.3f}",
+                              (f"{100 * s['vs_prompt_then_track']['diff']:+.1f} [{100 * s['vs_prompt_then_track']['low']:+.1f}, {100 * s['vs_prompt_then_track']['high']:+.1f}]"
+                               if "vs_prompt_then_track" in s else "-"),
+                              f"{s['switches_per_clip']:.2f}", f"{s['recovery']:.2f}", f"{s['planner_calls']:.1f}", f"{s['slow_per_50_frames']:.2f}", f"{s['fps']:.0f}"]
+                             for m, s in summary.items() if isinstance(s, dict)])
+    lines += ["", f"Clips where prompt-then-track switched identity and CLEAR switched less or recovered: {summary['monitor_catches']}", ""]
+    kinds = sorted({r["kind"] for r in rows})
+    lines += ["## J&F by query kind", ""] + markdown_table(["method", *kinds], [[m, *[f"{np.mean([r['JF'] for r in rs if r['kind'] == k]):.2f}" for k in kinds]] for m, rs in by.items()])
+    return summary, "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.clear", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--planner", default="builtin", help="'builtin' or a VLM checkpoint directory (under the counterfactual selector)")
+    ap.add_argument("--tracker", default="classic", help="'classic' or a SAM 2 / SAM 3 checkpoint directory")
+    ap.add_argument("--proposer", default="classic", help="'classic' or a SAM 2 / SAM 3 checkpoint directory")
+    ap.add_argument("--out", type=Path, default=Path("outputs/bench/clear"))
+    add_shard_arguments(ap, 200, noun="clips", compare="methods")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    rows = merge_rows(args.merge, agree=("planner", "tracker", "proposer"), row_key=lambda r: (r["item"], r["method"])) if args.merge else run(args)
+    summary, md = summarise(rows)
+    write_results(args.out, {"command": command_line("benchmarks.clear", argv)}, summary, rows, md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
