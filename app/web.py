@@ -133,6 +133,17 @@ def _output_component(kind: str, label: str):
     return makers[kind]()
 
 
+VLM_LOADERS = ("planners.loading:load_vlm", "planners.loading:load_selector")
+
+
+def slot_choices(app, slot: str, settings: WebSettings) -> list[str]:
+    """What a visitor may pick for a component slot: the server's VLMs for a VLM-backed slot, else
+    the app's default for it ('classic'); an optional slot may stay empty (first)."""
+    spec = app.pipeline_class.component_specs[slot]
+    choices = list(settings.models) if spec.loader in VLM_LOADERS else [app.defaults.get(slot, "")]
+    return ([""] if spec.optional else []) + [c for c in choices if c]
+
+
 def run_in_web(app, settings: WebSettings, values: tuple) -> tuple:
     """One web request: ``values`` in the tab's order (inputs, settings, models) -> the tab's outputs.
     Every user error is a ``gr.Error`` that names no server path; warnings are ``gr.Warning``s."""
@@ -153,9 +164,9 @@ def run_in_web(app, settings: WebSettings, values: tuple) -> tuple:
     rest = values[len(names_in):]
     chosen = dict(zip([s.name for s in app_settings], rest[:len(app_settings)]))
     picked = dict(zip(app.components, rest[len(app_settings):]))
-    for model in picked.values():
-        if model and model not in settings.models:
-            raise gr.Error(f"Choose a model this server offers: {list(settings.models)}")
+    for slot, model in picked.items():
+        if model and model not in slot_choices(app, slot, settings):
+            raise gr.Error(f"Choose a {slot} this server offers: {slot_choices(app, slot, settings)}")
     for i in app.inputs:  # a list of texts comes from the form one per line
         if i.kind == "texts" and isinstance(given.get(i.name), str):
             given[i.name] = [line.strip() for line in given[i.name].splitlines() if line.strip()]
@@ -186,8 +197,7 @@ def pipeline_tab(app, settings: WebSettings) -> None:
             with gr.Accordion("settings", open=False):
                 controls = [_setting_component(s) for s in app_settings]
             with gr.Accordion("models", open=False):
-                models = [gr.Dropdown(([""] if app.pipeline_class.component_specs[slot].optional else []) + list(settings.models),
-                                      value="" if app.pipeline_class.component_specs[slot].optional else settings.models[0],
+                models = [gr.Dropdown(slot_choices(app, slot, settings), value=slot_choices(app, slot, settings)[0],
                                       label=f"{slot}: {app.pipeline_class.component_specs[slot].help} (offered by the server: atelier serve --vlm PATH)")
                           for slot in app.components]
             button = gr.Button("Run", variant="primary")

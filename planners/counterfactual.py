@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import cv2
 import numpy as np
@@ -157,6 +157,7 @@ class CounterfactualSelector:
     reverse: bool = False
     keep_mode: str = "grey"
     calls: int = field(default=0, init=False)
+    max_marks: ClassVar[int] = 9  # answer letters A-J: "none" and nine numbers
 
     def _yes(self, frames: np.ndarray, question: str) -> float:
         self.calls += 1
@@ -167,7 +168,7 @@ class CounterfactualSelector:
         """``p_fwd`` over ``[none, mark 1, ..., mark N]`` from one set-of-marks pass."""
         options = [NONE_OPTION] + [f"object {m.number}" for m in marks]
         if len(options) > 10:
-            raise InputError("candidates", len(marks), "the forward choice takes at most 9 candidates; keep the best by score first")
+            raise InputError("marks", len(marks), "the forward choice takes at most 9 candidates (answer letters A-J); pass the best 9")
         question = f"The video shows numbered objects. Which numbered object is {query.strip().rstrip('?.')}?"
         self.calls += 1
         return np.exp(self.vlm.option_posterior(set_of_marks(frames, marks), format_mcq_prompt(question, options), options))

@@ -99,3 +99,18 @@ def test_segment_verb_runs_on_the_builtin_backend(tmp_path, capsys):
     assert s["frames"] == len(frames) and s["planner_calls"] >= 1
     for name in ("masks", "masks.rle.json", "overlay.mp4", "marks.png", "timeline.png", "result.json"):
         assert (tmp_path / "seg" / name).exists(), name
+
+
+def test_web_tab_segments_with_the_default_components(tmp_path):
+    pytest.importorskip("gradio")
+    from app.web import WebSettings, run_in_web, slot_choices
+    from core.video import write_video
+    from pipelines.registry import get_app
+
+    app, settings = get_app("segment"), WebSettings()
+    assert slot_choices(app, "tracker", settings) == ["classic"] and slot_choices(app, "planner", settings) == ["builtin"]
+    frames, truth, query = clip(2)
+    video = write_video(tmp_path / "clip.mp4", frames, fps=12)
+    values = (str(video), query, *[None] * len(app.settings()), *[slot_choices(app, s, settings)[0] for s in app.components])
+    text, overlay, marks, timeline, summary = run_in_web(app, settings, values)
+    assert text.startswith("### ") and marks.ndim == 3 and timeline.ndim == 3 and summary["frames"] == len(frames)

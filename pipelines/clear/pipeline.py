@@ -65,6 +65,7 @@ class ClearConfig(PipelineConfig):
     reanchor_overlap: float = setting(0.3, help="weight of the overlap with the last confirmed mask when re-anchoring", range=(0.0, 10.0))
     new_object_iou: float = setting(0.3, help="a proposal overlapping every track less than this is a new candidate", range=(0.0, 1.0))
     contrast_cosine: float = setting(0.9, help="distractors more alike the target than this are not contrastive prototypes", range=(0.0, 1.0))
+    max_candidates: int = setting(12, help="most candidates the planner chooses among (the anchor's first)", range=(1, 16))
     overlay: bool = setting(True, help="keep an overlay video of the target on the frames in the output (overlay.mp4)")
 
     def __post_init__(self):
@@ -143,6 +144,10 @@ class ClearPipeline(Pipeline):
 
     _selections = 0
 
+    def max_candidates(self) -> int:
+        """The configured cap, within what the planner can tell apart (a VLM's nine numbers)."""
+        return min(self.config.max_candidates, int(getattr(self.planner, "max_marks", self.config.max_candidates)))
+
     def planner_calls(self) -> int:
         """Model calls the planner made (its own count where it keeps one, else one per selection)."""
         return int(getattr(self.planner, "calls", self._selections))
@@ -175,6 +180,7 @@ class ClearPipeline(Pipeline):
         for frame, props in [(anchor, first)] + [s for s in samples if s[0] != anchor]:
             covered = np.stack(masks)[:, frame] if masks else np.zeros((0, h, w), bool)
             new = [c for c in props if all(mask_iou(c.mask, m) < self.config.new_object_iou for m in covered)]
+            new = new[: self.max_candidates() - len(cands)]  # proposals come best first
             if not new:
                 continue
             m, p = self.track(source, frame, new, callback, step)
