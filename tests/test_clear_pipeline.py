@@ -114,3 +114,4 @@ def test_web_tab_segments_with_the_default_components(tmp_path):
     values = (str(video), query, *[None] * len(app.settings()), *[slot_choices(app, s, settings)[0] for s in app.components])
     text, overlay, marks, timeline, summary = run_in_web(app, settings, values)
     assert text.startswith("### ") and marks.ndim == 3 and timeline.ndim == 3 and summary["frames"] == len(frames)
+    assert overlay.endswith(".mp4")  # a file: the web video player cannot take an array

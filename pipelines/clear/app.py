@@ -33,7 +33,19 @@ def run(pipe: Any, inputs: dict, generator: Any = None, callback: Any = None) ->
 def present(out: ClearOutput, s: dict) -> tuple:
     head = "### no object matches" if s["no_match"] else f"### candidate #{s['target_id']}" + (" (ambiguous)" if s["ambiguous"] else "")
     text = head + "\n\n" + "\n".join(f"- {line}" for line in out.selection.get("reasoning", []))
-    return text, out.overlay if out.overlay is not None else None, out.marks, out.timeline(), s
+    return text, _overlay_file(out), out.marks, out.timeline(), s
+
+
+def _overlay_file(out: ClearOutput) -> str | None:
+    """The overlay as an H.264 mp4 in a temporary folder (a web video player plays files)."""
+    import tempfile
+    from pathlib import Path
+
+    from core.video import write_video
+
+    if out.overlay is None:
+        return None
+    return str(write_video(Path(tempfile.mkdtemp(prefix="atelier-clear-")) / "overlay.mp4", out.overlay, fps=12))
 
 
 def format_summary(s: dict) -> str:

@@ -144,6 +144,17 @@ class ClearPipeline(Pipeline):
 
     _selections = 0
 
+    @staticmethod
+    def marks_image(frame: np.ndarray, marks: list[Mark], min_side: int = 384) -> np.ndarray:
+        """The numbered candidates on the anchor frame, enlarged so the numbers are legible."""
+        from core.frames import resize_frame, resize_frames
+        from planners.counterfactual import set_of_marks
+
+        k = max(1, int(np.ceil(min_side / min(frame.shape[:2]))))
+        size = (frame.shape[0] * k, frame.shape[1] * k)
+        big = [Mark(m.number, resize_frames(np.asarray(m.masks, np.uint8)[None], size, "nearest")[0] > 0) for m in marks]
+        return set_of_marks(resize_frame(frame, size, "nearest"), big, thickness=2)[0]
+
     def max_candidates(self) -> int:
         """The configured cap, within what the planner can tell apart (a VLM's nine numbers)."""
         return min(self.config.max_candidates, int(getattr(self.planner, "max_marks", self.config.max_candidates)))
@@ -244,9 +255,7 @@ class ClearPipeline(Pipeline):
         self._selections += 1
         t_sel = time.perf_counter()
         anchor_rgb = np.asarray(source.get_frames([anchor]))[0]
-        from planners.counterfactual import set_of_marks
-
-        marks_img = set_of_marks(anchor_rgb, [Mark(c.id, tracks[k][anchor]) for k, c in enumerate(cands)])[0]
+        marks_img = self.marks_image(anchor_rgb, [Mark(c.id, tracks[k][anchor]) for k, c in enumerate(cands)])
         seconds = {"track": t_track - t0, "select": t_sel - t_track}
         if sel.no_match:
             seconds["total"] = time.perf_counter() - t0
