@@ -183,6 +183,11 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
     lines += ["", f"Clips where prompt-then-track switched identity and CLEAR switched less or recovered: {summary['monitor_catches']}", ""]
     kinds = sorted({r["kind"] for r in rows})
     lines += ["## J&F by query kind", ""] + markdown_table(["method", *kinds], [[m, *[f"{np.mean([r['JF'] for r in rs if r['kind'] == k]):.2f}" for k in kinds]] for m, rs in by.items()])
+    tags = sorted({t for r in rows for t in r["hard"]})
+    count = {t: len({r["item"] for r in rows if t in r["hard"]}) for t in tags}
+    lines += ["", "## J&F by hard-distractor kind (a clip counts under every kind it has; clips in brackets)", ""]
+    lines += markdown_table(["method", *[f"{t} ({count[t]})" for t in tags]],
+                            [[m, *[f"{np.mean([r['JF'] for r in rs if t in r['hard']]):.2f}" for t in tags]] for m, rs in by.items()])
     return summary, "\n".join(lines) + "\n"
 
 
