@@ -115,3 +115,17 @@ def test_web_tab_segments_with_the_default_components(tmp_path):
     text, overlay, marks, timeline, summary = run_in_web(app, settings, values)
     assert text.startswith("### ") and marks.ndim == 3 and timeline.ndim == 3 and summary["frames"] == len(frames)
     assert overlay.endswith(".mp4")  # a file: the web video player cannot take an array
+
+
+def test_benchmark_script_runs_every_method_on_one_clip(tmp_path):
+    import json
+
+    from benchmarks.clear import METHODS, main
+
+    assert main(["--n", "1", "--out", str(tmp_path / "b")]) == 0
+    data = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert {r["method"] for r in data["rows"]} == set(METHODS)
+    md = (tmp_path / "b" / "results.md").read_text()
+    assert "vs prompt-then-track" in md and "hard-distractor" in md
+    assert main(["--merge", str(tmp_path / "b"), "--out", str(tmp_path / "m")]) == 0  # shards merge by (clip, method)
+    assert len(json.loads((tmp_path / "m" / "results.json").read_text())["rows"]) == len(METHODS)
