@@ -262,7 +262,22 @@ def _is_status_file(status: Path) -> bool:
 
 
 def _owned(folder: Path) -> bool:
-    return not folder.is_symlink() and (folder / ITEM_MARKER).is_file()
+    """The runner wrote ``folder`` (its marker is there) and nothing else was put in it since: a
+    finished item's marker lists every file the run wrote, so a file someone added keeps the folder."""
+    marker = folder / ITEM_MARKER
+    if folder.is_symlink() or not marker.is_file():
+        return False
+    try:
+        written = json.loads(marker.read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return False
+    if written is None:  # a .partial folder of an unfinished run: all of it is the runner's scratch
+        return True
+    return set(_relative_files(folder)) <= set(written) | {ITEM_MARKER}
+
+
+def _relative_files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() or p.is_symlink())
 
 
 def _remove_owned(folder: Path) -> bool:
@@ -416,9 +431,10 @@ def _run_item(item: dict, out_dir: Path, verbs: dict[str, BatchVerb] = VERBS) ->
         (work / ITEM_MARKER).write_text(json.dumps({"id": item["id"], "verb": item["verb"]}) + "\n")
         result = verbs[item["verb"]].run(dict(item["args"]), work)
         (work / "result.json").write_text(json.dumps(result, indent=2, default=str).replace(str(work), str(final)))
+        (work / ITEM_MARKER).write_text(json.dumps({"id": item["id"], "verb": item["verb"], "files": _relative_files(work)}) + "\n")
         _check_replaceable(final)
         if final.exists():
-            shutil.rmtree(final)  # an older result of ours, from a run whose status line was lost
+            shutil.rmtree(final)  # an older result of ours (every file in it listed by its marker)
         os.replace(work, final)
         rec = {"id": item["id"], "verb": item["verb"], "status": "ok", "result_dir": str(final), "seconds": round(time.perf_counter() - t0, 3)}
     except (AtelierError, TypeError, ValueError, OSError) as e:

@@ -183,6 +183,11 @@ def test_batch_never_deletes_what_it_did_not_write(tmp_path, step_calls):
     # the runner's own result folder is replaced when its item is redone (its status line lost)
     (out / "status.jsonl").write_text("")
     assert run_batch(man, out, progress=False).ok == 1 and step_calls == [2, 2]
+    # ... but not once someone put a file of their own into it
+    (out / "ok" / "my_notes.txt").write_text("keep me")
+    (out / "status.jsonl").write_text("")
+    assert run_batch(man, out, progress=False).ok == 0 and step_calls == [2, 2]
+    assert (out / "ok" / "my_notes.txt").read_text() == "keep me"
 
 
 @pytest.mark.parametrize("case", ["manifest", "input-file", "input-dir", "inside-input-dir", "a-file", "under-a-file", "too-long", "foreign-status"])
