@@ -212,7 +212,9 @@ class ClearPipeline(Pipeline):
         for k, c in enumerate(cands):
             session.add_prompt(frame, k + 1, mask=c.mask)
         for reverse in (False, True):
-            for out in session.propagate(start_frame=frame, reverse=reverse):
+            steps = frame + 1 if reverse else n - frame
+            desc = f"CLEAR tracking {len(cands)} candidates from frame {frame} " + ("backward" if reverse else "forward")
+            for out in self.progress_bar(session.propagate(start_frame=frame, reverse=reverse), total=steps, desc=desc):
                 for obj, m, sc in zip(out.obj_ids, out.masks, out.scores):
                     masks[obj - 1, out.frame_idx], presence[obj - 1, out.frame_idx] = m, sc
                 self.step_end(callback, step, {"stage": "track candidates", "frame": out.frame_idx})
