@@ -251,7 +251,7 @@ class Pipeline:
                 components[name] = None
             else:
                 comp_cls = _component_class(saved[name], f"{index_path} components.{name}", spec)
-                components[name] = _load_with(comp_cls, directory_of(index_path) / name, trust_remote_code)
+                components[name] = _load_with(comp_cls, index_path.parent / name, trust_remote_code)
         if config is None:
             config = config_from_dict(pipe_cls.config_class, index["config"], f"{index_path} config")
         pipe = pipe_cls(config=config, **components)
@@ -346,10 +346,6 @@ class Pipeline:
 
 
 # --------------------------------------------------------------------------- index reading
-
-
-def directory_of(index_path: Path) -> Path:
-    return index_path.parent
 
 
 def read_index(directory: str | Path) -> tuple[dict, Path]:

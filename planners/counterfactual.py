@@ -182,7 +182,7 @@ class CounterfactualSelector:
         p = self.forward(frames, marks, query)
         p_none = float(p[0])
         scores = [CandidateScore(m.number, float(p[i + 1])) for i, m in enumerate(marks)]
-        lines = [f"forward choice: " + ", ".join(f"#{s.number} {s.forward:.2f}" for s in scores) + f", none {p_none:.2f}"]
+        lines = ["forward choice: " + ", ".join(f"#{s.number} {s.forward:.2f}" for s in scores) + f", none {p_none:.2f}"]
         order, short = shortlist(scores, self.shortlist, self.min_forward)
         for i in short:
             s = scores[i]
