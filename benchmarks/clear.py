@@ -26,6 +26,7 @@ finish (``benchmarks.common``), so a run resumes and shards merge.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 import time
@@ -36,15 +37,15 @@ import numpy as np
 from benchmarks.common import RowLog, add_shard_arguments, command_line, group_rows, markdown_table, merge_rows, paired_bootstrap, write_results
 
 logger = logging.getLogger("benchmarks.clear")
-METHODS = ("clear", "prompt_then_track", "no_checks", "no_monitor", "oracle")
+METHODS = ("clear", "prompt_then_track", "no_checks", "no_monitor", "oracle", "oracle_watch")
 SEED_BASE = 500
 
 
-def clip(i: int):
+def clip(i: int, split: str = "test"):
     from worldgen.tasks import vrs
     from worldgen.tasks.base import split_seed
 
-    s = vrs.generate(split_seed("test", SEED_BASE, i), vrs.Config(level=1 + i % 3))
+    s = vrs.generate(split_seed(split, SEED_BASE, i), vrs.Config(level=1 + i % 3))
     world = s.worlds["video"]
     renders = [world.render(t) for t in range(world.num_frames)]
     return s.record, np.stack([r.rgb for r in renders]), np.stack([r.ids for r in renders])
@@ -85,23 +86,47 @@ class WithoutChecks:
         return self.planner.select(frames, marks, query, checks=False)
 
 
-def switches(pred: np.ndarray, ids: np.ndarray, target: int) -> tuple[int, float]:
-    """(identity-switch runs, share of them after which the prediction returns to the target)."""
-    owner = []
+def owners(pred: np.ndarray, ids: np.ndarray) -> list[int | None]:
+    """Per frame, the object the prediction covers most (None: empty, or only background)."""
+    out = []
     for p, gt in zip(pred, ids):
-        if not p.any():
-            owner.append(None)
-            continue
-        labels, counts = np.unique(gt[p], return_counts=True)
+        labels, counts = np.unique(gt[p], return_counts=True) if p.any() else (np.zeros(0), np.zeros(0))
         keep = labels != 0
-        owner.append(int(labels[keep][np.argmax(counts[keep])]) if keep.any() else None)
-    runs, recovered, inside = 0, 0, False
-    for k, o in enumerate(owner):
-        if o is not None and o != target and not inside:
-            runs, inside = runs + 1, True
-        elif o == target and inside:
-            recovered, inside = recovered + 1, False
-    return runs, (recovered / runs if runs else 1.0)
+        out.append(int(labels[keep][np.argmax(counts[keep])]) if keep.any() else None)
+    return out
+
+
+def switches(owner: list[int | None], target: int, anchor: int) -> tuple[list[int], float]:
+    """Identity switches: frames where the prediction, having followed the target, first covers
+    another object, read in tracking order (forward from the anchor, and backward from it: the
+    tracker runs both ways); and the share of them after which it comes back to the target."""
+    frames, recovered = [], 0
+    for order in (range(anchor, len(owner)), range(anchor, -1, -1)):
+        last, switched = None, False
+        for t in order:
+            o = owner[t]
+            if o is None:
+                continue
+            if last == target and o != target:
+                frames.append(t)
+                switched = True
+            elif o == target and switched:
+                recovered, switched = recovered + 1, False
+            last = o
+    return sorted(frames), (recovered / len(frames) if frames else 1.0)
+
+
+def caught(switch_frames: list[int], events: list[dict], anchor: int, before: int = 3, after: int = 5) -> int:
+    """Switches with an escalated event (re-anchor, or flag when the monitor only watches) from
+    ``before`` frames before to ``after`` frames after the switch in tracking order (frames before
+    the anchor are tracked backward, so there "after" means earlier frames)."""
+    escalated = [e["frame"] for e in events if e["action"] in ("re-anchor", "flag")]
+
+    def near(f: int, s: int) -> bool:
+        lag = f - s if s >= anchor else s - f
+        return -before <= lag <= after
+
+    return sum(any(near(f, s) for f in escalated) for s in switch_frames)
 
 
 def j_and_f(pred: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
@@ -115,9 +140,10 @@ def j_and_f(pred: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
 def build(args, method: str, truth: np.ndarray, planner, tracker, proposer):
     from pipelines.clear import ClearConfig, ClearPipeline
 
-    config = {"prompt_then_track": ClearConfig(selection_frames=1, monitor=False, overlay=False),
+    watch_only = ClearConfig(monitor=True, repair=False, overlay=False)  # the tracker's own masks, with the monitor's flags
+    config = {"prompt_then_track": dataclasses.replace(watch_only, selection_frames=1), "oracle_watch": watch_only,
               "no_monitor": ClearConfig(monitor=False, overlay=False)}.get(method, ClearConfig(overlay=False))
-    chosen = {"oracle": OracleSelector(truth), "no_checks": WithoutChecks(planner)}.get(method, planner)
+    chosen = {"oracle": OracleSelector(truth), "oracle_watch": OracleSelector(truth), "no_checks": WithoutChecks(planner)}.get(method, planner)
     pipe = ClearPipeline(config, planner=chosen, tracker=tracker, proposer=proposer)
     pipe.set_progress_bar_config(disable=True)
     return pipe
@@ -129,11 +155,12 @@ def run(args) -> list[dict]:
     from trackers.proposals import load_proposer
 
     planner, tracker, proposer = load_selector(args.planner), load_tracker(args.tracker), load_proposer(args.proposer)
-    header = {"planner": args.planner, "tracker": args.tracker, "proposer": args.proposer, "methods": list(METHODS), "seed": SEED_BASE}
+    header = {"planner": args.planner, "tracker": args.tracker, "proposer": args.proposer, "methods": list(METHODS), "seed": SEED_BASE,
+              "split": args.split}
     log = RowLog(args.out, header)
     items = list(range(args.start, args.start + args.n))
     for i in log.todo(items):
-        rec, frames, ids = clip(i)
+        rec, frames, ids = clip(i, args.split)
         truth = ids == rec["target_id"]
         rows = []
         for method in METHODS:
@@ -143,15 +170,28 @@ def run(args) -> list[dict]:
             dt = time.perf_counter() - t0
             pred = out.masks > 0
             j, f = j_and_f(pred, truth)
-            runs, recovery = switches(pred, ids, rec["target_id"])
+            owner = owners(pred, ids)
+            found, recovery = switches(owner, rec["target_id"], out.track_frame)
+            wrong = next((o for o in owner if o is not None), rec["target_id"]) != rec["target_id"] if not out.no_match else False
             rows.append({"item": i, "seed": rec["seed"], "level": rec["level"], "kind": rec["query_struct"]["kind"],
-                         "hard": rec["hard"], "method": method, "J": j, "F": f, "JF": (j + f) / 2, "switches": runs,
-                         "recovery": recovery, "planner_calls": out.planner_calls, "slow_frames": sum(m == "slow" for m in out.modes),
+                         "hard": rec["hard"], "method": method, "J": j, "F": f, "JF": (j + f) / 2, "switches": len(found),
+                         "switch_frames": found, "caught": caught(found, out.events, out.track_frame), "wrong_start": bool(wrong), "recovery": recovery, "planner_calls": out.planner_calls, "slow_frames": sum(m == "slow" for m in out.modes),
                          "frames": len(frames), "fps": len(frames) / dt, "no_match": out.no_match, "ambiguous": out.ambiguous})
         log.append(rows)
         clear = next(r for r in rows if r["method"] == "clear")
         logger.info("clip %d (%s, level %d) J&F %s", i, clear["kind"], clear["level"], " ".join(f"{r['method']}={r['JF']:.2f}" for r in rows))
     return log.select(items)
+
+
+def _proportion(k: int, n: int) -> dict:
+    from scorers.videoqa import wilson_interval
+
+    low, high = wilson_interval(k, n)
+    return {"p": k / n, "low": low, "high": high}
+
+
+def _rate(w: dict | None) -> str:
+    return f"{w['p']:.2f} [{w['low']:.2f}, {w['high']:.2f}]" if w else "-"
 
 
 def summarise(rows: list[dict]) -> tuple[dict, str]:
@@ -160,6 +200,7 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
     for method, rs in by.items():
         summary[method] = {"n": len(rs), "JF": float(np.mean([r["JF"] for r in rs])), "J": float(np.mean([r["J"] for r in rs])),
                            "F": float(np.mean([r["F"] for r in rs])), "switches_per_clip": float(np.mean([r["switches"] for r in rs])),
+                           "wrong_start": float(np.mean([r["wrong_start"] for r in rs])),
                            "recovery": float(np.mean([r["recovery"] for r in rs if r["switches"]] or [1.0])),
                            "planner_calls": float(np.mean([r["planner_calls"] for r in rs])),
                            "slow_per_50_frames": 50 * sum(r["slow_frames"] for r in rs) / max(1, sum(r["frames"] for r in rs)),
@@ -169,18 +210,24 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
         pairs = [(r["JF"], base[r["item"]]) for r in rs if r["item"] in base]
         if pairs and method != "prompt_then_track":
             summary[method]["vs_prompt_then_track"] = paired_bootstrap([a for a, _ in pairs], [b for _, b in pairs])
-    ptt = {r["item"]: r["switches"] for r in by.get("prompt_then_track", [])}
-    clear = {r["item"]: r for r in by.get("clear", [])}
-    had = [i for i, s in ptt.items() if s and i in clear]
-    summary["monitor_catches"] = float(np.mean([clear[i]["switches"] < ptt[i] or clear[i]["recovery"] == 1.0 for i in had])) if had else None
+    for method in ("prompt_then_track", "oracle_watch"):
+        rs = by.get(method, [])
+        total = sum(r["switches"] for r in rs)
+        summary[f"caught_{method}"] = {"switches": total, "caught": sum(r["caught"] for r in rs),
+                                       "rate": _proportion(sum(r["caught"] for r in rs), total) if total else None}
     lines = ["# CLEAR on worldgen vrs (test split)", "", f"Clips: {len({r['item'] for r in rows})}.", ""]
-    lines += markdown_table(["method", "J&F", "J", "F", "vs prompt-then-track (pp J&F)", "switches / clip", "recovery", "planner calls", "slow / 50 frames", "frames/s"],
+    lines += markdown_table(["method", "J&F", "J", "F", "vs prompt-then-track (pp J&F)", "switches / clip", "recovery", "wrong start", "planner calls", "slow / 50 frames", "frames/s"],
                             [[m, f"{s['JF']:.3f}", f"{s['J']:.3f}", f"{s['F']:.3f}",
                               (f"{100 * s['vs_prompt_then_track']['diff']:+.1f} [{100 * s['vs_prompt_then_track']['low']:+.1f}, {100 * s['vs_prompt_then_track']['high']:+.1f}]"
                                if "vs_prompt_then_track" in s else "-"),
-                              f"{s['switches_per_clip']:.2f}", f"{s['recovery']:.2f}", f"{s['planner_calls']:.1f}", f"{s['slow_per_50_frames']:.2f}", f"{s['fps']:.0f}"]
-                             for m, s in summary.items() if isinstance(s, dict)])
-    lines += ["", f"Clips where prompt-then-track switched identity and CLEAR switched less or recovered: {summary['monitor_catches']}", ""]
+                              f"{s['switches_per_clip']:.2f}", f"{s['recovery']:.2f}", f"{s['wrong_start']:.2f}", f"{s['planner_calls']:.1f}", f"{s['slow_per_50_frames']:.2f}", f"{s['fps']:.0f}"]
+                             for m, s in summary.items() if isinstance(s, dict) and "JF" in s])
+    lines += ["", "Identity switches the monitor flags (an escalation from 3 frames before to 5 after the switch, in tracking order), on the "
+              "tracker's own masks with the monitor only watching (prompt-then-track's anchor; the oracle's):", ""]
+    lines += markdown_table(["trajectory", "switches", "caught", "rate [95% CI]"],
+                            [[m, str(summary[f"caught_{m}"]["switches"]), str(summary[f"caught_{m}"]["caught"]), _rate(summary[f"caught_{m}"]["rate"])]
+                             for m in ("prompt_then_track", "oracle_watch")])
+    lines += [""]
     kinds = sorted({r["kind"] for r in rows})
     lines += ["## J&F by query kind", ""] + markdown_table(["method", *kinds], [[m, *[f"{np.mean([r['JF'] for r in rs if r['kind'] == k]):.2f}" for k in kinds]] for m, rs in by.items()])
     tags = sorted({t for r in rows for t in r["hard"]})
@@ -196,6 +243,7 @@ def main(argv=None) -> int:
     ap.add_argument("--planner", default="builtin", help="'builtin' or a VLM checkpoint directory (under the counterfactual selector)")
     ap.add_argument("--tracker", default="classic", help="'classic' or a SAM 2 / SAM 3 checkpoint directory")
     ap.add_argument("--proposer", default="classic", help="'classic' or a SAM 2 / SAM 3 checkpoint directory")
+    ap.add_argument("--split", default="test", choices=("test", "val"), help="clips of the test split (reported) or val (for tuning thresholds)")
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/clear"))
     add_shard_arguments(ap, 200, noun="clips", compare="methods")
     args = ap.parse_args(argv)

@@ -20,6 +20,7 @@ class ConfigComponent:
     """Mixin for a ``@dataclass`` whose init fields are its whole state; set ``MODEL_NAME``."""
 
     MODEL_NAME: ClassVar[str] = ""
+    backend: ClassVar[str] = "builtin"  # settings only, no downloaded weights
 
     def config(self) -> dict:
         """The settings as a JSON-safe dict (what ``save_pretrained`` writes)."""

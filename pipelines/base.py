@@ -454,7 +454,9 @@ def _import_pipeline_class(index: dict, index_path: Path) -> type:
 
 def _load_with(comp_cls: type, source: Path, trust_remote_code: bool, **kwargs: Any):
     params = inspect.signature(comp_cls.from_pretrained).parameters
-    if "trust_remote_code" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+    # transformers / diffusers take it through **kwargs; our components' **kwargs are their settings
+    hf_kwargs = comp_cls.__module__.split(".")[0] in ("transformers", "diffusers") and any(p.kind is p.VAR_KEYWORD for p in params.values())
+    if "trust_remote_code" in params or hf_kwargs:
         kwargs["trust_remote_code"] = trust_remote_code
     return comp_cls.from_pretrained(source, **kwargs)
 

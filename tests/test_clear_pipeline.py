@@ -129,3 +129,45 @@ def test_benchmark_script_runs_every_method_on_one_clip(tmp_path):
     assert "vs prompt-then-track" in md and "hard-distractor" in md
     assert main(["--merge", str(tmp_path / "b"), "--out", str(tmp_path / "m")]) == 0  # shards merge by (clip, method)
     assert len(json.loads((tmp_path / "m" / "results.json").read_text())["rows"]) == len(METHODS)
+
+
+def vanishing_square_clip(t_len: int = 24, gone_at: int = 12):
+    """A red square moving right that vanishes at ``gone_at``, and a static red look-alike far away."""
+    frames = np.full((t_len, 64, 64, 3), 200, np.uint8)
+    truth = np.zeros((t_len, 64, 64), bool)
+    for t in range(t_len):
+        frames[t, 44:54, 44:54] = (220, 30, 30)
+        if t < gone_at:
+            x = 4 + 2 * t
+            frames[t, 10:20, x:x + 10] = (220, 30, 30)
+            truth[t, 10:20, x:x + 10] = True
+    return frames, truth
+
+
+def test_a_target_that_is_gone_is_lost_not_swapped_for_a_look_alike():
+    frames, truth = vanishing_square_clip()
+    outs = {}
+    for repair in (False, True):
+        pipe = ClearPipeline(ClearConfig(overlay=False, repair=repair), planner=OracleSelector(truth, sub_indices(len(frames))),
+                             tracker=load_tracker("classic"), proposer=ColourProposer())
+        pipe.set_progress_bar_config(disable=True)
+        outs[repair] = pipe(frames, "the red square that disappears")
+    on_look_alike = {r: (o.masks[:, 44:54, 44:54] > 0).any((1, 2)) for r, o in outs.items()}
+    assert on_look_alike[False].any()  # the tracker alone re-detects the look-alike...
+    assert not on_look_alike[True].any()  # ...CLEAR escalates, finds nothing where the target should be, and calls it lost
+    assert "lost" in outs[True].modes and set(outs[False].modes) == {"fast"}
+    flagged = {e["kind"] for e in outs[False].events if e["action"] == "flag"}
+    assert {"MOTION_BREAK", "TRACK_MERGE"} <= flagged  # watching only: the escalation is recorded, nothing changes
+    np.testing.assert_array_equal(outs[True].masks[:12] > 0, outs[False].masks[:12] > 0)
+
+
+def test_watching_without_repair_leaves_the_tracker_masks_unchanged():
+    frames, truth, query = clip(0)
+    masks = []
+    for config in (ClearConfig(monitor=False, overlay=False), ClearConfig(repair=False, overlay=False)):
+        pipe = ClearPipeline(config, planner=OracleSelector(truth, sub_indices(len(frames))), tracker=load_tracker("classic"), proposer=ColourProposer())
+        pipe.set_progress_bar_config(disable=True)
+        out = pipe(frames, query)
+        masks.append(out.masks)
+        assert set(out.modes) == {"fast"}
+    np.testing.assert_array_equal(*masks)

@@ -39,7 +39,8 @@ def test_disappearance_then_return_fires_disappear_then_reappear():
     events = run(EventMonitor(), masks, pres)
     assert kinds(events) == ["DISAPPEAR", "REAPPEAR"]
     assert [e.frame for e in events if e.kind != "HEARTBEAT"] == [7, 8]
-    assert events[-1].hard and not events[0].hard
+    w = MonitorConfig().weights
+    assert w[events[-1].kind] >= MonitorConfig().risk_threshold > w[events[0].kind]  # a return escalates alone
     # two absent frames are not a disappearance
     assert kinds(run(EventMonitor(), [square(10)] * 3 + [empty] * 2 + [square(10)], [0.9] * 3 + [0.1] * 2 + [0.9])) == []
 
@@ -69,17 +70,38 @@ def test_scene_cut_and_heartbeat():
     assert all(e.check and not e.hard for e in ev if e.kind == "HEARTBEAT")
 
 
-def test_controller_fast_path_one_slow_call_per_hard_event_and_cooldown():
-    ctl = ModeController()
+def test_controller_weights_agreement_cooldown_and_hard_events():
+    ctl = ModeController(MonitorConfig(cooldown=10))
     assert [ctl.decide(t, []) for t in range(50)] == ["fast"] * 50 and ctl.slow_calls == 0
-    hard = MonitorEvent(50, "REAPPEAR", 0.9, 0.5)
-    assert ctl.decide(50, [hard]) == "slow" and ctl.slow_calls == 1
+    assert ctl.decide(50, [MonitorEvent(50, "REAPPEAR", 0.9, 0.5)]) == "slow" and ctl.slow_calls == 1  # weight 1: alone
     soft = [MonitorEvent(0, "SHAPE_DRIFT", 0.1, 0.3), MonitorEvent(0, "JUMP", 0.3, 0.15)]
     assert ctl.decide(52, soft) == "fast"  # risk 1.0 but within the cool-down of the slow call at 50
-    assert ctl.decide(61, soft) == "slow"  # cool-down over
-    assert ctl.decide(62, [MonitorEvent(62, "HEARTBEAT", 30, 30)]) == "fast"  # a check request is no risk
-    assert ctl.decide(63, [MonitorEvent(63, "ID_SWITCH", -0.2, 0.0)]) == "slow"  # hard events ignore the cool-down
+    assert ctl.decide(61, [MonitorEvent(61, "MOTION_BREAK", 0.6, 0.35)]) == "fast"  # one weak signal waits...
+    assert ctl.decide(63, [MonitorEvent(63, "TRACK_MERGE", 0.7, 0.5)]) == "slow"  # ...for a second within the window
+    assert ctl.decide(64, [MonitorEvent(64, "HEARTBEAT", 30, 30)]) == "fast"  # a check request is no risk
+    assert ctl.decide(65, [MonitorEvent(65, "ID_SWITCH", -0.2, 0.0)]) == "slow"  # hard events ignore the cool-down
     assert ctl.slow_calls == 3
+    late = ModeController(MonitorConfig(risk_window=3))
+    assert late.decide(0, [MonitorEvent(0, "SIZE_DRIFT", 2.0, 1.6)]) == "fast"
+    assert late.decide(3, [MonitorEvent(3, "SIZE_DRIFT", 2.0, 1.6)]) == "fast"  # the first has left the window
+    backward = ModeController()
+    assert backward.decide(20, [MonitorEvent(20, "SIZE_DRIFT", 2.0, 1.6)]) == "fast"
+    assert backward.decide(19, [MonitorEvent(19, "SHAPE_DRIFT", 0.1, 0.3)]) == "slow"  # frames counted either way
+
+
+def test_motion_break_size_drift_and_track_merge():
+    path = [square(4 + 2 * t, side=8) for t in range(6)]  # steady motion: no event
+    assert kinds(run(EventMonitor(), path, [0.9] * 6)) == []
+    hop = path[:4] + [square(44, side=8)]  # a look-alike far from where the object should be
+    assert "MOTION_BREAK" in kinds(run(EventMonitor(), hop, [0.9] * 5))
+    grow = [square(10, side=8)] * 4 + [square(10, side=12)]  # area x2.25 against the recent median
+    assert "SIZE_DRIFT" in kinds(run(EventMonitor(), grow, [0.9] * 5))
+    mon, other = EventMonitor(), square(20)
+    ev = [mon.update(t, square(20 if t >= 2 else 4 + t), 0.9, others={7: other}) for t in range(5)]
+    merges = [e for frame in ev for e in frame if e.kind == "TRACK_MERGE"]
+    assert [e.frame for e in merges] == [2]  # the onset only
+    with pytest.raises(InputError, match="weights"):
+        MonitorConfig(weights={"NOT_AN_EVENT": 1.0})
 
 
 def test_tightened_thresholds_and_bad_config():

@@ -146,7 +146,7 @@ class ClassicTracker(ConfigComponent):
     point_tolerance: float = 20.0
     point_max_fraction: float = 0.5
     point_radius: float = 0.05
-    backend: str = field(default="classic", init=False, repr=False)
+    backend: str = field(default="builtin", init=False, repr=False)
     MODEL_NAME = MODEL_NAME
 
     def __post_init__(self):

@@ -7,25 +7,34 @@ or aggregation rule; every one below is the spec's proposal and a ``MonitorConfi
 Per frame the monitor reads the tracked mask, the tracker's presence score (and optional confidence),
 an appearance embedding of the masked object and the frame itself, and emits events:
 
-==============  ==================================================  ========
-event           fires when                                            kind
-==============  ==================================================  ========
-DISAPPEAR       presence < presence_threshold for disappear_frames   soft
-REAPPEAR        presence is back after a DISAPPEAR                    hard
-SCALE_JUMP      area ratio to the previous mask > 2 or < 0.5          soft
-SHAPE_DRIFT     IoU with the previous mask < 0.3 while present        soft
-LOW_CONF        tracker confidence < 0.5                               soft
-ID_SWITCH       closer to a distractor prototype than to the target   hard
-APPEAR_DRIFT    cosine to the target prototypes < 0.5                 soft
-JUMP            centroid moves > 0.15 of the image diagonal            soft
+==============  ====================================================  ======
+event           fires when                                             weight
+==============  ====================================================  ======
+DISAPPEAR       presence < presence_threshold for disappear_frames     0
+REAPPEAR        presence is back after a DISAPPEAR                     1
+SCALE_JUMP      area ratio to the previous mask > 2 or < 0.5           0.25
+SHAPE_DRIFT     IoU with the previous mask < 0.3 while present         0.5
+LOW_CONF        tracker confidence < 0.5                               0.25
+ID_SWITCH       closer to a distractor prototype than to the target    hard
+APPEAR_DRIFT    cosine to the target prototypes < 0.5                  0.25
+JUMP            centroid moves > 0.15 of the image diagonal            0.5
+MOTION_BREAK    centroid off its constant-velocity prediction by more  0.5
+                than 0.35 object sizes (a hop to a look-alike: the
+                cue colour cannot give)
+SIZE_DRIFT      area off the reference (median of recent frames) by a  0.5
+                factor > 1.6 (a slow slide onto, or merge with, another)
+TRACK_MERGE     the mask starts to coincide (IoU > 0.5) with another   0.5
+                candidate's track: two tracks on one object
 SCENE_CUT       mean abs difference of 64x64 grey thumbnails > 0.35    hard
-HEARTBEAT       every heartbeat_every frames: run a cheap planner check  check
-HEARTBEAT_FAIL  the caller's check said the target no longer matches  hard
-==============  ==================================================  ========
+HEARTBEAT       every heartbeat_every frames: a cheap planner check    check
+HEARTBEAT_FAIL  the caller's check said the target no longer matches   hard
+==============  ====================================================  ======
 
-``ModeController`` turns events into modes: a hard event starts slow mode at once, soft events add
-``soft_weight`` each to a risk summed over ``risk_window`` frames and start it at
-``risk_threshold``; no slow call within ``cooldown`` frames of the last one unless an event is hard.
+``ModeController`` turns events into modes: each event adds its ``weights`` entry to a risk summed
+over the last ``risk_window`` frames (either direction of tracking); slow mode starts when the risk
+reaches ``risk_threshold``, but not within ``cooldown`` frames of the last slow call, unless an
+event is hard (a scene cut, an appearance switch, a failed planner check): those start it at once.
+The weights make single weak signals (a bounce reads as a motion break) wait for a second one.
 """
 
 from __future__ import annotations
@@ -39,9 +48,13 @@ import numpy as np
 from core.errors import InputError
 from core.frames import resize_frame
 
-EVENTS = ("DISAPPEAR", "REAPPEAR", "SCALE_JUMP", "SHAPE_DRIFT", "LOW_CONF", "ID_SWITCH", "APPEAR_DRIFT", "JUMP", "SCENE_CUT",
-          "HEARTBEAT", "HEARTBEAT_FAIL")
-HARD_EVENTS = frozenset({"REAPPEAR", "ID_SWITCH", "SCENE_CUT", "HEARTBEAT_FAIL"})
+EVENTS = ("DISAPPEAR", "REAPPEAR", "SCALE_JUMP", "SHAPE_DRIFT", "LOW_CONF", "ID_SWITCH", "APPEAR_DRIFT", "JUMP", "MOTION_BREAK",
+          "SIZE_DRIFT", "TRACK_MERGE", "SCENE_CUT", "HEARTBEAT", "HEARTBEAT_FAIL")
+HARD_EVENTS = frozenset({"ID_SWITCH", "SCENE_CUT", "HEARTBEAT_FAIL"})  # escalate at once, cool-down or not
+# risk each event adds [PROPOSED; chosen on 120 val-split vrs clips, benchmarks/clear.py --split val]:
+# one event of weight 1 escalates alone, weaker ones must agree within risk_window frames
+DEFAULT_WEIGHTS = {"REAPPEAR": 1.0, "MOTION_BREAK": 0.5, "TRACK_MERGE": 0.5, "SIZE_DRIFT": 0.5, "SHAPE_DRIFT": 0.5, "JUMP": 0.5,
+                   "SCALE_JUMP": 0.25, "LOW_CONF": 0.25, "APPEAR_DRIFT": 0.25, "DISAPPEAR": 0.0}
 CHECKS = frozenset({"HEARTBEAT"})  # requests for a cheap planner check: neither hard nor a risk
 
 
@@ -59,16 +72,20 @@ class MonitorConfig:
     switch_margin: float = 0.0  # max cos to the target minus max cos to distractors below this: ID_SWITCH
     appearance_floor: float = 0.5
     jump_fraction: float = 0.15
+    motion_break: float = 0.35  # prediction error in object sizes (sqrt of the reference area)
+    motion_history: int = 4  # present frames the velocity is fitted on
+    size_drift: float = 1.6
+    merge_iou: float = 0.5
     scene_cut: float = 0.35
     heartbeat_every: int = 30
-    soft_weight: float = 0.5
+    weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     risk_window: int = 5
     risk_threshold: float = 1.0
-    cooldown: int = 10
+    cooldown: int = 20
     tighten: float = 1.5  # threshold factor after an ambiguous anchor (spec B.3)
 
     def __post_init__(self):
-        for name in ("disappear_frames", "heartbeat_every", "risk_window", "cooldown"):
+        for name in ("disappear_frames", "heartbeat_every", "risk_window", "cooldown", "motion_history"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(name, value, "use a positive integer number of frames")
@@ -76,12 +93,16 @@ class MonitorConfig:
             raise InputError("presence_threshold", self.presence_threshold, "use a probability in (0, 1)")
         if self.tighten < 1:
             raise InputError("tighten", self.tighten, "use a factor >= 1")
+        unknown = sorted(set(self.weights) - set(EVENTS))
+        if unknown:
+            raise InputError("weights", unknown, f"weigh only the monitor's events: {', '.join(EVENTS)}")
 
     def tightened(self) -> MonitorConfig:
         """Stricter thresholds (the ambiguous-anchor rule): drift and change tests fire sooner."""
         t = self.tighten
         return MonitorConfig(**{**asdict(self), "iou_drift": min(0.95, self.iou_drift * t), "area_ratio_high": 1 + (self.area_ratio_high - 1) / t,
                                 "area_ratio_low": 1 - (1 - self.area_ratio_low) / t, "jump_fraction": self.jump_fraction / t,
+                                "motion_break": self.motion_break / t, "size_drift": 1 + (self.size_drift - 1) / t,
                                 "appearance_floor": min(0.95, self.appearance_floor * t), "heartbeat_every": max(1, int(self.heartbeat_every / t))})
 
 
@@ -139,17 +160,42 @@ class EventMonitor:
     _since_heartbeat: int = field(default=0, init=False)
     _pos: np.ndarray | None = field(default=None, init=False, repr=False)
     _neg: np.ndarray | None = field(default=None, init=False, repr=False)
+    _path: deque = field(default_factory=deque, init=False, repr=False)  # (frame, centroid) of recent present frames
+    _areas: deque = field(default_factory=lambda: deque(maxlen=16), init=False, repr=False)
+    _merged: frozenset = field(default=frozenset(), init=False, repr=False)
+    _before_break: list = field(default_factory=list, init=False, repr=False)  # the path up to the last break
 
     def set_prototypes(self, positive: Sequence[np.ndarray], negative: Sequence[np.ndarray] = ()) -> None:
         self._pos = _unit(np.asarray(positive, np.float32)) if len(positive) else None
         self._neg = _unit(np.asarray(negative, np.float32)) if len(negative) else None
 
     def confirm(self, mask: np.ndarray) -> None:
-        """After a re-anchor: this mask is the new reference, disappearance is cleared."""
+        """After a re-anchor: this mask is the new reference (shape, size; the motion path restarts),
+        disappearance is cleared."""
         self._prev_mask, self._absent_run, self._gone = np.asarray(mask, bool), 0, False
+        self._path.clear()
+        self._before_break = []
+        self._areas.clear()
+        if self._prev_mask.any():
+            self._areas.append(int(self._prev_mask.sum()))
+
+    def reference_area(self) -> float | None:
+        """The median area of the recent confirmed (present) frames."""
+        return float(np.median(self._areas)) if self._areas else None
+
+    def predicted_centroid(self, frame_idx: int) -> np.ndarray | None:
+        """Where the object's centroid should be on ``frame_idx`` at constant velocity (either direction
+        in time); just after a motion break, from the path before it (the hop is what is in doubt)."""
+        path = self._path if len(self._path) >= 2 or not self._before_break else self._before_break
+        if len(path) < 2:
+            return path[-1][1] if path else None
+        (f0, c0), (f1, c1) = path[0], path[-1]
+        return c1 + (c1 - c0) / (f1 - f0) * (frame_idx - f1)
 
     def update(self, frame_idx: int, mask: np.ndarray, presence: float, frame: np.ndarray | None = None,
-               embedding: np.ndarray | None = None, confidence: float | None = None) -> list[MonitorEvent]:
+               embedding: np.ndarray | None = None, confidence: float | None = None,
+               others: dict[int, np.ndarray] | None = None) -> list[MonitorEvent]:
+        """``others``: other candidates' masks on this frame by id (the TRACK_MERGE signal)."""
         c = self.config
         mask = np.asarray(mask, bool)
         events: list[MonitorEvent] = []
@@ -181,6 +227,13 @@ class EventMonitor:
             jump = float(np.linalg.norm(p1 - p0) / np.hypot(*mask.shape))
             if jump > c.jump_fraction:
                 fire("JUMP", jump, c.jump_fraction)
+        if present:
+            self._motion_and_size(frame_idx, mask, fire)
+        if present and others:
+            merged = frozenset(k for k, m in others.items() if mask_iou(mask, m) > c.merge_iou)
+            for k in sorted(merged - self._merged):  # the onset only: a lasting overlap is one event
+                fire("TRACK_MERGE", mask_iou(mask, others[k]), c.merge_iou)
+            self._merged = merged
         if present and confidence is not None and confidence < c.low_confidence:
             fire("LOW_CONF", confidence, c.low_confidence)
         if present and embedding is not None and self._pos is not None:
@@ -205,6 +258,24 @@ class EventMonitor:
             self._prev_mask = mask
         return events
 
+    def _motion_and_size(self, frame_idx: int, mask: np.ndarray, fire) -> None:
+        c = self.config
+        now, area, ref = centroid(mask), float(mask.sum()), self.reference_area()
+        predicted = self.predicted_centroid(frame_idx)
+        if predicted is not None and ref and len(self._path) >= 2:
+            error = float(np.linalg.norm(now - predicted) / np.sqrt(ref))
+            if error > c.motion_break:
+                fire("MOTION_BREAK", error, c.motion_break)
+                self._before_break = list(self._path)
+                self._path.clear()  # the break starts a new path (no repeated firing on the same hop)
+        if ref and max(area / ref, ref / max(area, 1.0)) > c.size_drift:
+            fire("SIZE_DRIFT", area / ref, c.size_drift)
+        else:
+            self._areas.append(area)
+        self._path.append((int(frame_idx), now))
+        while len(self._path) > c.motion_history:
+            self._path.popleft()
+
 
 def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-8)
@@ -222,13 +293,12 @@ class ModeController:
     def decide(self, frame_idx: int, events: Sequence[MonitorEvent]) -> str:
         """``"slow"`` when this frame needs re-grounding, else ``"fast"``."""
         c = self.config
-        soft = sum(c.soft_weight for e in events if not e.hard and e.kind not in CHECKS)
-        self._risk.append((frame_idx, soft))
-        while self._risk and self._risk[0][0] <= frame_idx - c.risk_window:
+        self._risk.append((frame_idx, sum(c.weights.get(e.kind, 0.0) for e in events if not e.check)))
+        while self._risk and abs(frame_idx - self._risk[0][0]) >= c.risk_window:
             self._risk.popleft()
         hard = any(e.hard for e in events)
         risky = sum(r for _, r in self._risk) >= c.risk_threshold
-        cooling = self._last_slow is not None and frame_idx - self._last_slow < c.cooldown
+        cooling = self._last_slow is not None and abs(frame_idx - self._last_slow) < c.cooldown
         if hard or (risky and not cooling):
             self._last_slow = frame_idx
             self.slow_calls += 1
@@ -237,4 +307,4 @@ class ModeController:
         return "fast"
 
 
-__all__ = ["EVENTS", "HARD_EVENTS", "CHECKS", "MonitorConfig", "MonitorEvent", "EventMonitor", "ModeController", "mask_iou", "centroid"]
+__all__ = ["EVENTS", "HARD_EVENTS", "DEFAULT_WEIGHTS", "CHECKS", "MonitorConfig", "MonitorEvent", "EventMonitor", "ModeController", "mask_iou", "centroid"]

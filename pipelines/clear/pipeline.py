@@ -38,7 +38,7 @@ from core.memory import check_allocation
 from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, make_generator, output_field, setting
 from pipelines.clear.dictionary import ConceptDictionary
 from planners.counterfactual import Mark, Selection
-from trackers.monitor import EventMonitor, ModeController, MonitorConfig, mask_iou
+from trackers.monitor import EventMonitor, ModeController, MonitorConfig, centroid, mask_iou
 from trackers.protocol import Tracker, open_source
 from trackers.proposals import Candidate, Proposer
 
@@ -60,9 +60,13 @@ class ClearConfig(PipelineConfig):
     selection_frames: int = setting(16, help="frames of the candidate tracks the planner sees", range=(1, 64))
     window: int = setting(16, help="past frames a tracker session keeps", range=(1, 256))
     monitor: bool = setting(True, help="watch the fast tracker and re-anchor on events (off: prompt-then-track)")
+    repair: bool = setting(True, help="re-anchor when the monitor escalates (off: escalations are only recorded, as 'flag')")
     heartbeat_every: int = setting(30, help="frames between cheap planner checks in fast mode", range=(1, 10_000))
-    cooldown: int = setting(10, help="no slow re-anchoring within this many frames of the last one", range=(1, 10_000))
+    cooldown: int = setting(20, help="no slow re-anchoring within this many frames of the last one", range=(1, 10_000))
     reanchor_overlap: float = setting(0.3, help="weight of the overlap with the last confirmed mask when re-anchoring", range=(0.0, 10.0))
+    lost_gate: float = setting(0.4, help="slow mode: farther than this many object sizes from where the target should be is another object, and with nothing nearer the target is lost (empty masks until it is found again)", range=(0.0, 100.0))
+    lost_gate_growth: float = setting(0.1, help="while lost, the search radius grows by this many object sizes per frame", range=(0.0, 10.0))
+    reanchor_motion: float = setting(0.5, help="penalty per object size between a proposal and where the target should be, when re-anchoring", range=(0.0, 10.0))
     new_object_iou: float = setting(0.3, help="a proposal overlapping every track less than this is a new candidate", range=(0.0, 1.0))
     contrast_cosine: float = setting(0.9, help="distractors more alike the target than this are not contrastive prototypes", range=(0.0, 1.0))
     max_candidates: int = setting(12, help="most candidates the planner chooses among (the anchor's first)", range=(1, 16))
@@ -87,6 +91,7 @@ class ClearOutput(PipelineOutput):
     no_match: bool
     ambiguous: bool
     anchor_frame: int
+    track_frame: int  # where the target's track was prompted: the anchor, or the frame a late candidate was first seen on
     selection: dict
     events: list[dict]
     modes: list[str]
@@ -108,7 +113,7 @@ class ClearOutput(PipelineOutput):
     def summary(self) -> dict[str, Any]:
         slow = sum(m == "slow" for m in self.modes)
         return {"query": self.query, "target_id": self.target_id, "no_match": self.no_match, "ambiguous": self.ambiguous,
-                "anchor_frame": self.anchor_frame, "frames": int(len(self.masks)),
+                "anchor_frame": self.anchor_frame, "track_frame": self.track_frame, "frames": int(len(self.masks)),
                 "target_frames": int((self.masks.reshape(len(self.masks), -1) > 0).any(1).sum()),
                 "events": len(self.events), "slow_frames": int(slow), "planner_calls": self.planner_calls,
                 "seconds": {k: round(float(v), 3) for k, v in self.seconds.items()}}
@@ -223,7 +228,7 @@ class ClearPipeline(Pipeline):
 
     @staticmethod
     def _no_match(query, anchor, shape, selection, seconds, calls, config) -> ClearOutput:
-        return ClearOutput(query=query, target_id=None, no_match=True, ambiguous=False, anchor_frame=anchor,
+        return ClearOutput(query=query, target_id=None, no_match=True, ambiguous=False, anchor_frame=anchor, track_frame=anchor,
                            selection=selection.to_dict(), events=[], modes=["fast"] * shape[0], planner_calls=calls,
                            seconds=seconds, masks=np.zeros(shape, np.uint8), config=config)
 
@@ -269,7 +274,7 @@ class ClearPipeline(Pipeline):
         if self.config.monitor:
             target, events, modes = self.watch(source, starts[j], cands, j, tracks, presence[j], target)
         seconds["total"] = time.perf_counter() - t0
-        return ClearOutput(query=query, target_id=sel.number, no_match=False, ambiguous=sel.ambiguous, anchor_frame=anchor,
+        return ClearOutput(query=query, target_id=sel.number, no_match=False, ambiguous=sel.ambiguous, anchor_frame=anchor, track_frame=starts[j],
                            selection=sel.to_dict(), events=events, modes=modes,
                            planner_calls=self.planner_calls() - calls0, seconds=seconds,
                            masks=target.astype(np.uint8), marks=marks_img, overlay=self.overlay(source, target),
@@ -287,11 +292,10 @@ class ClearPipeline(Pipeline):
 
     def watch(self, source, anchor: int, cands: list[Candidate], j: int, tracks: np.ndarray, presence: np.ndarray,
               target: np.ndarray) -> tuple[np.ndarray, list[dict], list[str]]:
-        """Fast mode from the anchor to the end with the monitor; slow re-anchoring on escalation.
-        (Frames before the anchor keep the backward track.)"""
+        """Fast mode from the anchor to the end and from the anchor back to the first frame, each
+        pass under its own monitor; slow re-anchoring on escalation (``repair``; without it the
+        escalations are only recorded, action ``flag``)."""
         n = len(source)
-        mcfg = self.config.monitor_config()
-        monitor, controller = EventMonitor(mcfg), ModeController(mcfg)
         anchor_rgb = np.asarray(source.get_frames([anchor]))[0]
         concept = ConceptDictionary()
         concept.add_anchor(appearance(anchor_rgb, cands[j].mask), anchor)
@@ -301,47 +305,135 @@ class ClearPipeline(Pipeline):
             # planner can tell them apart), and would make every frame look like a switch [PROPOSED]
             if other is not None and float(other @ concept.positive[0]) < self.config.contrast_cosine:
                 concept.add_distractor(other)
-        monitor.set_prototypes(concept.positive, list(concept.negative))
+        # other candidates' tracks, except those already on the target at the anchor (a duplicate
+        # track is no evidence of a switch)
+        others = [i for i in range(len(cands)) if i != j and mask_iou(tracks[i][anchor], tracks[j][anchor]) <= 0.5]
         events: list[dict] = []
         modes = ["fast"] * n
-        confirmed = cands[j].mask
-        for t in range(anchor, n):
-            rgb = np.asarray(source.get_frames([t]))[0]
-            emb = appearance(rgb, target[t]) if target[t].any() else None
-            fired = monitor.update(t, target[t], float(presence[t]), frame=rgb, embedding=emb)
-            mode = controller.decide(t, fired)
-            action = "re-anchor" if mode == "slow" else "continue"
-            events += [{**e.to_dict(), "action": action} for e in fired if not e.check]
-            if mode == "slow":
-                modes[t] = "slow"
-                new = self.reanchor(rgb, concept, confirmed)
-                if new is not None:
-                    target[t:], presence[t:] = self.retrack(source, t, new)
-                    monitor.confirm(new)
-                    confirmed = new
-            elif emb is not None and concept.admit(emb, t, last_event_frame=events[-1]["frame"] if events else None):
-                monitor.set_prototypes(concept.positive, list(concept.negative))
-                confirmed = target[t]
+        for reverse in (False, True):
+            self._watch_pass(source, anchor, reverse, cands[j].mask, concept, {i + 1: tracks[i] for i in others}, presence, target, events, modes)
+        events.sort(key=lambda e: e["frame"])
         return target, events, modes
 
-    def reanchor(self, rgb: np.ndarray, concept: ConceptDictionary, last: np.ndarray) -> np.ndarray | None:
-        """The proposal on this frame that best fits the dictionary and the last confirmed mask, if it
-        looks more like the target than like a distractor."""
-        best, best_score = None, 0.0
+    def _watch_pass(self, source, anchor: int, reverse: bool, anchor_mask: np.ndarray, concept: ConceptDictionary, others: dict,
+                    presence: np.ndarray, target: np.ndarray, events: list[dict], modes: list[str]) -> None:
+        n = len(source)
+        mcfg = self.config.monitor_config()
+        monitor, controller = EventMonitor(mcfg), ModeController(mcfg)
+        monitor.set_prototypes(concept.positive, list(concept.negative))
+        monitor.confirm(anchor_mask)
+        confirmed = anchor_mask
+        last_event, lost = None, None  # lost: the frame the target was lost on
+        for t in (range(anchor, -1, -1) if reverse else range(anchor, n)):
+            rgb = np.asarray(source.get_frames([t]))[0]
+            others_now = [m[t] for m in others.values()]
+            if lost is not None:  # the target is not on screen: look for it where it should be, frame by frame
+                modes[t] = "lost"
+                found = self.relocate(rgb, concept, monitor, t, others_now, abs(t - lost))
+                if found is None:
+                    target[t], presence[t] = False, 0.0
+                    continue
+                lost = None
+                self._restart(source, t, found, reverse, target, presence, monitor)
+                events.append({"frame": t, "kind": "RELOCATED", "value": 1.0, "threshold": 1.0, "hard": False, "action": "re-anchor"})
+                confirmed = found
+            emb = appearance(rgb, target[t]) if target[t].any() else None
+            fired = monitor.update(t, target[t], float(presence[t]), frame=rgb, embedding=emb,
+                                   others={k: m[t] for k, m in others.items()})
+            if t == anchor and reverse:
+                continue  # the forward pass watched the anchor frame
+            mode = controller.decide(t, fired)
+            action = ("re-anchor" if self.config.repair else "flag") if mode == "slow" else "continue"
+            events += [{**e.to_dict(), "action": action} for e in fired if not e.check]
+            last_event = t if any(not e.check for e in fired) else last_event
+            if mode == "slow" and self.config.repair:
+                modes[t] = "slow"
+                verdict, new = self.reanchor(rgb, concept, confirmed, monitor, t, target[t], others_now)
+                if verdict == "switch":
+                    self._restart(source, t, new, reverse, target, presence, monitor)
+                    confirmed = new
+                elif verdict == "lost":
+                    target[t], presence[t], lost = False, 0.0, t
+            elif emb is not None and concept.admit(emb, t, last_event_frame=last_event):
+                monitor.set_prototypes(concept.positive, list(concept.negative))
+                confirmed = target[t]
+
+    def _restart(self, source, t: int, mask: np.ndarray, reverse: bool, target: np.ndarray, presence: np.ndarray,
+                 monitor: EventMonitor) -> None:
+        span = slice(None, t + 1) if reverse else slice(t, None)
+        target[span], presence[span] = self.retrack(source, t, mask, reverse)
+        monitor.confirm(mask)
+
+    def _fit(self, rgb: np.ndarray, concept: ConceptDictionary, monitor: EventMonitor, frame_idx: int, last: np.ndarray | None):
+        """How well a mask fits the target on this frame, and its distance in object sizes from where
+        the target should be (the monitor's constant-velocity prediction; None when it has no path)."""
+        predicted = monitor.predicted_centroid(frame_idx)
+        size = np.sqrt(max(1.0, monitor.reference_area() or (float(last.sum()) if last is not None else 1.0)))
+
+        def fit(mask: np.ndarray) -> tuple[float, float | None]:
+            score = concept.score(appearance(rgb, mask))
+            if last is not None:
+                score += self.config.reanchor_overlap * mask_iou(mask, last)
+            distance = None if predicted is None else float(np.linalg.norm(centroid(mask) - predicted)) / size
+            if distance is not None:
+                score -= self.config.reanchor_motion * distance
+            return score, distance
+
+        return fit
+
+    def reanchor(self, rgb: np.ndarray, concept: ConceptDictionary, last: np.ndarray, monitor: EventMonitor,
+                 frame_idx: int, current: np.ndarray, others: list[np.ndarray]) -> tuple[str, np.ndarray | None]:
+        """Slow mode's verdict on this frame: ``("switch", mask)`` to restart the tracker from a
+        proposal, ``("keep", None)`` or ``("lost", None)`` (the target is not on screen).
+
+        The options are the tracked mask and the proposals that are another object (IoU <= 0.5 with
+        it), minus any that sit on another candidate's track (that object has its own track) or do
+        not look more like the target than like a distractor, minus any further than ``lost_gate``
+        object sizes from where the target should be. Each is scored by the dictionary, its overlap
+        with the last confirmed mask and its distance from the prediction [PROPOSED weights]; the
+        best wins, and with no option left the target is lost."""
+        fit = self._fit(rgb, concept, monitor, frame_idx, last)
+
+        def taken(mask: np.ndarray) -> bool:
+            return any(mask_iou(mask, o) > 0.5 for o in others)
+
+        options = [("keep", current)] if current.any() and not taken(current) else []
+        options += [("switch", c.mask) for c in self.proposer.propose(rgb)
+                    if mask_iou(c.mask, current) <= 0.5 and not taken(c.mask) and concept.score(appearance(rgb, c.mask)) > 0]
+        scored = [(kind, mask, *fit(mask)) for kind, mask in options]
+        scored = [o for o in scored if o[3] is None or o[3] <= self.config.lost_gate]
+        if not scored:
+            return ("lost", None) if monitor.predicted_centroid(frame_idx) is not None else ("keep", None)
+        kind, mask, _, _ = max(scored, key=lambda o: o[2])
+        return kind, (mask if kind == "switch" else None)
+
+    def relocate(self, rgb: np.ndarray, concept: ConceptDictionary, monitor: EventMonitor, frame_idx: int,
+                 others: list[np.ndarray], frames_lost: int) -> np.ndarray | None:
+        """While lost: the proposal that looks like the target, is on no other candidate's track and
+        is near where the target should be by now, if any: within ``lost_gate`` object sizes, plus
+        ``lost_gate_growth`` per frame lost (the prediction's error grows) [PROPOSED]."""
+        gate = self.config.lost_gate + self.config.lost_gate_growth * frames_lost
+        fit = self._fit(rgb, concept, monitor, frame_idx, None)
+        best, best_score = None, -np.inf
         for c in self.proposer.propose(rgb):
-            score = concept.score(appearance(rgb, c.mask)) + self.config.reanchor_overlap * mask_iou(c.mask, last)
-            if score > best_score:
+            if any(mask_iou(c.mask, o) > 0.5 for o in others) or concept.score(appearance(rgb, c.mask)) <= 0:
+                continue
+            score, distance = fit(c.mask)
+            if (distance is None or distance <= gate) and score > best_score:
                 best, best_score = c.mask, score
         return best
 
-    def retrack(self, source, start: int, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A fresh session prompted with ``mask`` at ``start``, propagated to the end: (masks, presence)."""
+    def retrack(self, source, start: int, mask: np.ndarray, reverse: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """A fresh session prompted with ``mask`` at ``start``, propagated to the end (or back to the
+        first frame): (masks, presence) of those frames in frame order."""
         session = self.tracker.init_session(source, window=self.config.window)
         session.add_prompt(start, 1, mask=mask)
-        masks = np.zeros((len(source) - start, *mask.shape), bool)
-        scores = np.zeros(len(source) - start, np.float32)
-        for f in session.propagate(start_frame=start):
-            masks[f.frame_idx - start], scores[f.frame_idx - start] = f.masks[0], f.scores[0]
+        first = 0 if reverse else start
+        count = start + 1 if reverse else len(source) - start
+        masks = np.zeros((count, *mask.shape), bool)
+        scores = np.zeros(count, np.float32)
+        for f in session.propagate(start_frame=start, reverse=reverse):
+            masks[f.frame_idx - first], scores[f.frame_idx - first] = f.masks[0], f.scores[0]
         return masks, scores
 
 

@@ -7,28 +7,30 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-FAST, SLOW, EMPTY = (70, 110, 160), (235, 130, 40), (45, 45, 45)
+FAST, SLOW, LOST, EMPTY = (70, 110, 160), (235, 130, 40), (150, 90, 170), (45, 45, 45)
 HARD, SOFT = (220, 50, 50), (240, 200, 60)
 SHORT = {"DISAPPEAR": "DIS", "REAPPEAR": "REA", "SCALE_JUMP": "SCL", "SHAPE_DRIFT": "DRF", "LOW_CONF": "LOW", "ID_SWITCH": "ID",
-         "APPEAR_DRIFT": "APP", "JUMP": "JMP", "SCENE_CUT": "CUT", "HEARTBEAT_FAIL": "HB"}
+         "APPEAR_DRIFT": "APP", "JUMP": "JMP", "MOTION_BREAK": "MOV", "SIZE_DRIFT": "SIZ", "TRACK_MERGE": "MRG", "SCENE_CUT": "CUT",
+         "HEARTBEAT_FAIL": "HB", "RELOCATED": "REL"}
 
 
 def timeline_image(modes: Sequence[str], events: Sequence[dict], present: Sequence[bool] | None = None,
                    width: int = 720) -> np.ndarray:
-    """A strip with one column per frame (blue fast, orange slow re-anchoring, dark where the target
-    is not on screen), ticks for events (red hard, yellow soft) labelled below, and frame numbers."""
+    """A strip with one column per frame (blue fast, orange slow re-anchoring, purple lost: searched
+    for where it should be, dark where the target is not on screen), ticks for events (red where the
+    controller escalated, yellow otherwise) labelled below, and frame numbers."""
     n = max(1, len(modes))
     bar_h, pad = 22, 6
     img = np.full((bar_h + 58, width, 3), 255, np.uint8)
     x = lambda f: pad + int(round(f * (width - 2 * pad) / n))  # noqa: E731
     for f, mode in enumerate(modes):
-        colour = SLOW if mode == "slow" else (EMPTY if present is not None and not present[f] else FAST)
+        colour = {"slow": SLOW, "lost": LOST}.get(mode, EMPTY if present is not None and not present[f] else FAST)
         cv2.rectangle(img, (x(f), pad), (max(x(f), x(f + 1) - 1), pad + bar_h), colour, -1)
     seen: dict[int, int] = {}
     for e in events:
         f = int(e["frame"])
         cx = (x(f) + x(f + 1)) // 2
-        colour = HARD if e.get("hard") else SOFT
+        colour = HARD if e.get("action") in ("re-anchor", "flag") or (e.get("hard") and "action" not in e) else SOFT
         cv2.line(img, (cx, pad), (cx, pad + bar_h + 6), colour, 2)
         row = seen.get(f, 0)
         seen[f] = row + 1
