@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, ClassVar
 
 import cv2
@@ -158,6 +159,40 @@ class CounterfactualSelector:
     keep_mode: str = "grey"
     calls: int = field(default=0, init=False)
     max_marks: ClassVar[int] = 9  # answer letters A-J: "none" and nine numbers
+    SETTINGS_FILE: ClassVar[str] = "selector.json"
+
+    def settings(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name != "vlm"}
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """The VLM as its own backend saves it, and this selector's settings beside it (``selector.json``)."""
+        from core.atomic import write_json_atomic
+
+        path = Path(self.vlm.save_pretrained(directory) or directory)
+        write_json_atomic(path / self.SETTINGS_FILE, {"selector": "causal-counterfactual", **self.settings()})
+        return path
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: Any = None, dtype: Any = None, trust_remote_code: bool = False,
+                        **settings: Any) -> CounterfactualSelector:
+        """The VLM in ``directory`` (any ``load_vlm`` spec) under the saved settings, ``settings`` overriding them."""
+        import json
+
+        from planners.loading import load_vlm
+
+        path = Path(directory)
+        saved = {}
+        if (path / cls.SETTINGS_FILE).is_file():
+            try:
+                saved = json.loads((path / cls.SETTINGS_FILE).read_text())
+            except ValueError:
+                raise InputError(str(path / cls.SETTINGS_FILE), "not JSON", "re-save the selector") from None
+            saved.pop("selector", None)
+        known = {f.name for f in fields(cls) if f.init and f.name != "vlm"}
+        unknown = sorted(set(saved) - known | set(settings) - known)
+        if unknown:
+            raise InputError("selector settings", unknown, f"known settings are {sorted(known)}")
+        return cls(load_vlm(str(path), device, dtype, trust_remote_code), **{**saved, **settings})
 
     def _yes(self, frames: np.ndarray, question: str) -> float:
         self.calls += 1

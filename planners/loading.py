@@ -103,4 +103,6 @@ def load_selector(spec: str = BUILTIN, device: str | None = None, dtype: str | N
                                           "pass --vlm PATH (a transformers VLM checkpoint) or train it: python -m training.instances") from None
     from planners.counterfactual import CounterfactualSelector
 
+    if path.is_dir() and (path / CounterfactualSelector.SETTINGS_FILE).is_file():
+        return CounterfactualSelector.from_pretrained(path, device, dtype, trust_remote_code)
     return CounterfactualSelector(load_vlm(spec, device, dtype, trust_remote_code))

@@ -29,7 +29,8 @@ and NMS are the checkpoint's ``score_threshold_detection`` / ``det_nms_thresh``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from transformers import Sam2Model, Sam2VideoProcessor
 
+from core.atomic import write_json_atomic
 from core.device import select_device, select_dtype
 from core.errors import InputError
 from trackers.hf_sam2 import Sam2Tracker
@@ -57,6 +59,38 @@ def stability_scores(logits: torch.Tensor, threshold: float, offset: float) -> t
     inner = (logits > threshold + offset).flatten(1).sum(1)
     outer = (logits > threshold - offset).flatten(1).sum(1)
     return inner.float() / outer.clamp(min=1).float()
+
+
+SETTINGS_FILE = "proposer.json"
+
+
+def model_type(directory: str | Path) -> str | None:
+    try:
+        return json.loads((Path(directory) / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def saved_settings(cls: type, directory: str | Path) -> dict:
+    """The settings a proposer saved beside its model (none for a plain checkpoint)."""
+    path = Path(directory) / SETTINGS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        saved = json.loads(path.read_text())
+    except ValueError:
+        raise InputError(str(path), "not JSON", "re-save the proposer, or delete the file to use the defaults") from None
+    saved.pop("proposer", None)
+    known = {f.name for f in fields(cls) if f.init}
+    if not isinstance(saved, dict) or set(saved) - known:
+        raise InputError(str(path), sorted(set(saved) - known) if isinstance(saved, dict) else saved, f"known settings are {sorted(known)}")
+    return saved
+
+
+def save_settings(proposer: Any, path: Path, skip: tuple[str, ...]) -> Path:
+    settings = {f.name: getattr(proposer, f.name) for f in fields(proposer) if f.init and f.name not in skip}
+    write_json_atomic(path / SETTINGS_FILE, {"proposer": type(proposer).__name__, **settings})
+    return path
 
 
 @dataclass
@@ -86,11 +120,20 @@ class Sam2AutoMaskProposer:
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: Any = None, dtype: Any = None, **params: Any) -> Sam2AutoMaskProposer:
-        """Load ``Sam2Model`` + the processor from a SAM 2 video checkpoint directory (the tracker's)."""
-        Sam2Tracker.check_checkpoint(directory)
+        """Load ``Sam2Model`` + the processor from a SAM 2 video checkpoint directory (the tracker's),
+        or from a folder this class saved (its settings too; ``params`` override them)."""
+        if model_type(directory) != "sam2":
+            Sam2Tracker.check_checkpoint(directory)
         dev = select_device(device)
         model = Sam2Model.from_pretrained(str(directory), dtype=select_dtype(dtype, dev)).to(dev)
-        return cls(model, Sam2VideoProcessor.from_pretrained(str(directory)), **params)
+        return cls(model, Sam2VideoProcessor.from_pretrained(str(directory)), **{**saved_settings(cls, directory), **params})
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """The image model, the processor and these settings (``proposer.json``)."""
+        path = Path(directory)
+        self.model.save_pretrained(str(path))
+        self.processor.save_pretrained(str(path))
+        return save_settings(self, path, skip=("model", "processor"))
 
     def grid(self, height: int, width: int) -> np.ndarray:
         """The point grid in pixels ``(n*n, 2)`` as (x, y): cell centres of an n x n split of the frame."""
@@ -146,8 +189,12 @@ class Sam3ConceptProposer:
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: Any = None, dtype: Any = None, **params: Any) -> Sam3ConceptProposer:
-        """Load a ``sam3_video`` checkpoint directory (e.g. facebook/sam3)."""
-        return cls(Sam3Tracker.from_pretrained(directory, device=device, dtype=dtype), **params)
+        """Load a ``sam3_video`` checkpoint directory (e.g. facebook/sam3), or one this class saved."""
+        return cls(Sam3Tracker.from_pretrained(directory, device=device, dtype=dtype), **{**saved_settings(cls, directory), **params})
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        self.tracker.save_pretrained(directory)
+        return save_settings(self, Path(directory), skip=("tracker",))
 
     def propose(self, frame: Any, phrase: str | None = None) -> list[Candidate]:
         if phrase is None:

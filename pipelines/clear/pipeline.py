@@ -25,6 +25,7 @@ masks before any work (``core.memory``).
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +44,18 @@ from trackers.protocol import Tracker, open_source
 from trackers.proposals import Candidate, Proposer
 
 MAX_QUERY_CHARS = 2000
+_CLAUSE = re.compile(r"\b(that|which|who|whose|when|while|after|before|until|with|without|in|on|at|near|behind|from|into|to|than)\b", re.I)
+_FILLER = {"the", "a", "an", "segment", "find", "track", "show", "me", "please", "first", "last"}
+
+
+def concept_phrase(query: str) -> str:
+    """The noun phrase a concept proposer (SAM 3) is prompted with: the query up to its first
+    clause or preposition, without articles ("the red circle that disappears first" -> "red circle");
+    "object" when nothing is left ("the one that never moves") [PROPOSED]."""
+    head = _CLAUSE.split(query.strip(), maxsplit=1)[0]
+    words = [w for w in re.findall(r"[A-Za-z][A-Za-z-]*", head) if w.lower() not in _FILLER]
+    phrase = " ".join(words)
+    return phrase if phrase and phrase.lower() not in {"one", "thing", "something"} else "object"
 
 
 @runtime_checkable
@@ -148,6 +161,7 @@ class ClearPipeline(Pipeline):
     config_class = ClearConfig
 
     _selections = 0
+    _phrase: str | None = None
 
     @staticmethod
     def marks_image(frame: np.ndarray, marks: list[Mark], min_side: int = 384) -> np.ndarray:
@@ -179,7 +193,11 @@ class ClearPipeline(Pipeline):
         n = len(source)
         k = min(self.config.anchor_samples, n)
         indices = sorted({int(i) for i in ((np.arange(k) + 0.5) * n / k).astype(int)})
-        return [(i, self.proposer.propose(np.asarray(source.get_frames([i]))[0])) for i in indices]
+        return [(i, self.propose(np.asarray(source.get_frames([i]))[0])) for i in indices]
+
+    def propose(self, frame: np.ndarray) -> list[Candidate]:
+        """The proposer on one frame, told the query's noun phrase (a concept proposer needs it; others ignore it)."""
+        return self.proposer.propose(frame, self._phrase)
 
     def candidate_tracks(self, source, samples, callback: Callable | None):
         """Tracks of every object seen on the sampled frames: the anchor's candidates first (the
@@ -199,8 +217,7 @@ class ClearPipeline(Pipeline):
             new = new[: self.max_candidates() - len(cands)]  # proposals come best first
             if not new:
                 continue
-            m, p = self.track(source, frame, new, callback, step)
-            step += n
+            m, p, step = self.track(source, frame, new, callback, step)
             for k, c in enumerate(new):
                 cands.append(dataclasses.replace(c, id=len(cands) + 1))
                 starts.append(frame)
@@ -209,7 +226,8 @@ class ClearPipeline(Pipeline):
         return anchor, cands, starts, np.stack(masks), np.stack(presence)
 
     def track(self, source, frame: int, cands: list[Candidate], callback: Callable | None, step: int = 0):
-        """``cands`` prompted on ``frame`` in one session, propagated both ways: masks ``(N, T, H, W)``, presence ``(N, T)``."""
+        """``cands`` prompted on ``frame`` in one session, propagated both ways: masks ``(N, T, H, W)``,
+        presence ``(N, T)``, and the callback's next step number."""
         n, (h, w) = len(source), cands[0].mask.shape
         masks = np.zeros((len(cands), n, h, w), bool)
         presence = np.zeros((len(cands), n), np.float32)
@@ -224,7 +242,7 @@ class ClearPipeline(Pipeline):
                     masks[obj - 1, out.frame_idx], presence[obj - 1, out.frame_idx] = m, sc
                 self.step_end(callback, step, {"stage": "track candidates", "frame": out.frame_idx})
                 step += 1
-        return masks, presence
+        return masks, presence, step
 
     @staticmethod
     def _no_match(query, anchor, shape, selection, seconds, calls, config) -> ClearOutput:
@@ -241,6 +259,7 @@ class ClearPipeline(Pipeline):
         self._begin_call()
         make_generator(generator)
         self.check_inputs(query)
+        self._phrase = concept_phrase(query)
         t0 = time.perf_counter()
         source = open_source(video)
         n = len(source)
@@ -398,7 +417,7 @@ class ClearPipeline(Pipeline):
             return any(mask_iou(mask, o) > 0.5 for o in others)
 
         options = [("keep", current)] if current.any() and not taken(current) else []
-        options += [("switch", c.mask) for c in self.proposer.propose(rgb)
+        options += [("switch", c.mask) for c in self.propose(rgb)
                     if mask_iou(c.mask, current) <= 0.5 and not taken(c.mask) and concept.score(appearance(rgb, c.mask)) > 0]
         scored = [(kind, mask, *fit(mask)) for kind, mask in options]
         scored = [o for o in scored if o[3] is None or o[3] <= self.config.lost_gate]
@@ -415,7 +434,7 @@ class ClearPipeline(Pipeline):
         gate = self.config.lost_gate + self.config.lost_gate_growth * frames_lost
         fit = self._fit(rgb, concept, monitor, frame_idx, None)
         best, best_score = None, -np.inf
-        for c in self.proposer.propose(rgb):
+        for c in self.propose(rgb):
             if any(mask_iou(c.mask, o) > 0.5 for o in others) or concept.score(appearance(rgb, c.mask)) <= 0:
                 continue
             score, distance = fit(c.mask)
@@ -437,4 +456,4 @@ class ClearPipeline(Pipeline):
         return masks, scores
 
 
-__all__ = ["ClearPipeline", "ClearConfig", "ClearOutput", "InstanceSelector", "appearance"]
+__all__ = ["ClearPipeline", "ClearConfig", "ClearOutput", "InstanceSelector", "appearance", "concept_phrase"]
