@@ -171,3 +171,17 @@ def test_watching_without_repair_leaves_the_tracker_masks_unchanged():
         masks.append(out.masks)
         assert set(out.modes) == {"fast"}
     np.testing.assert_array_equal(*masks)
+
+
+def test_tracks_that_converged_on_one_object_are_one_candidate():
+    from pipelines.clear.pipeline import distinct_tracks
+
+    a = np.zeros((10, 16, 16), bool)
+    a[:, 2:8, 2:8] = True
+    b = a.copy()
+    b[:2] = False
+    b[:2, 10:14, 10:14] = True  # another object at first, then on a's object for 8 of 10 frames
+    c = np.zeros_like(a)
+    c[:, 10:14, 10:14] = True
+    assert distinct_tracks(np.stack([a, b, c]), 0.7) == [0, 2]
+    assert distinct_tracks(np.stack([a, b, c]), 0.7, share=0.9) == [0, 1, 2]

@@ -82,6 +82,7 @@ class ClearConfig(PipelineConfig):
     reanchor_motion: float = setting(0.5, help="penalty per object size between a proposal and where the target should be, when re-anchoring", range=(0.0, 10.0))
     new_object_iou: float = setting(0.3, help="a proposal overlapping every track less than this is a new candidate", range=(0.0, 1.0))
     contrast_cosine: float = setting(0.9, help="distractors more alike the target than this are not contrastive prototypes", range=(0.0, 1.0))
+    duplicate_iou: float = setting(0.7, help="a candidate track this close (IoU) to an earlier one on most frames is a duplicate and dropped", range=(0.0, 1.0))
     max_candidates: int = setting(12, help="most candidates the planner chooses among (the anchor's first)", range=(1, 16))
     overlay: bool = setting(True, help="keep an overlay video of the target on the frames in the output (overlay.mp4)")
 
@@ -148,6 +149,29 @@ def appearance(frame: np.ndarray, mask: np.ndarray, bins: int = 4) -> np.ndarray
     idx = ((lab[:, 0] * bins) >> 8) * bins * bins + ((lab[:, 1] * bins) >> 8) * bins + ((lab[:, 2] * bins) >> 8)
     h = np.bincount(idx, minlength=bins ** 3).astype(np.float32)
     return h / np.linalg.norm(h)
+
+
+def distinct_tracks(masks: np.ndarray, iou: float, share: float = 0.8, max_frames: int = 64) -> list[int]:
+    """Indices of the tracks ``(N, T, H, W)`` to keep: a track that coincides (IoU > ``iou``) with
+    an earlier one on at least ``share`` of the frames where either is present is a duplicate (two
+    candidates whose tracks converged on one object) [PROPOSED]. Read on at most ``max_frames``
+    uniformly spaced frames, so the cost does not grow with the clip."""
+    t_len = masks.shape[1]
+    sub = np.unique(np.linspace(0, t_len - 1, min(t_len, max_frames)).astype(int))
+    m = masks[:, sub].reshape(len(masks), len(sub), -1)
+    keep: list[int] = []
+    for k in range(len(m)):
+        duplicate = False
+        for j in keep:
+            inter = np.logical_and(m[k], m[j]).sum(1)
+            union = np.logical_or(m[k], m[j]).sum(1)
+            seen = union > 0
+            if seen.any() and np.mean(inter[seen] > iou * union[seen]) >= share:
+                duplicate = True
+                break
+        if not duplicate:
+            keep.append(k)
+    return keep
 
 
 class ClearPipeline(Pipeline):
@@ -223,7 +247,9 @@ class ClearPipeline(Pipeline):
                 starts.append(frame)
                 masks.append(m[k])
                 presence.append(p[k])
-        return anchor, cands, starts, np.stack(masks), np.stack(presence)
+        keep = distinct_tracks(np.stack(masks), self.config.duplicate_iou)
+        cands = [dataclasses.replace(cands[k], id=i + 1) for i, k in enumerate(keep)]
+        return anchor, cands, [starts[k] for k in keep], np.stack([masks[k] for k in keep]), np.stack([presence[k] for k in keep])
 
     def track(self, source, frame: int, cands: list[Candidate], callback: Callable | None, step: int = 0):
         """``cands`` prompted on ``frame`` in one session, propagated both ways: masks ``(N, T, H, W)``,
