@@ -20,8 +20,12 @@ def timeline_image(modes: Sequence[str], events: Sequence[dict], present: Sequen
     for where it should be, dark where the target is not on screen), ticks for events (red where the
     controller escalated, yellow otherwise) labelled below, and frame numbers."""
     n = max(1, len(modes))
-    bar_h, pad = 22, 6
-    img = np.full((bar_h + 58, width, 3), 255, np.uint8)
+    bar_h, pad, row_h = 22, 6, 11
+    stacked: dict[int, int] = {}
+    for e in events:
+        stacked[int(e["frame"])] = stacked.get(int(e["frame"]), 0) + 1
+    labels_h = 18 + row_h * max(1, max(stacked.values(), default=1))
+    img = np.full((pad + bar_h + labels_h + 30, width, 3), 255, np.uint8)
     x = lambda f: pad + int(round(f * (width - 2 * pad) / n))  # noqa: E731
     for f, mode in enumerate(modes):
         colour = {"slow": SLOW, "lost": LOST}.get(mode, EMPTY if present is not None and not present[f] else FAST)
@@ -34,8 +38,14 @@ def timeline_image(modes: Sequence[str], events: Sequence[dict], present: Sequen
         cv2.line(img, (cx, pad), (cx, pad + bar_h + 6), colour, 2)
         row = seen.get(f, 0)
         seen[f] = row + 1
-        cv2.putText(img, SHORT.get(e["kind"], e["kind"][:3]), (max(0, cx - 9), pad + bar_h + 18 + 11 * row),
+        cv2.putText(img, SHORT.get(e["kind"], e["kind"][:3]), (max(0, cx - 9), pad + bar_h + 18 + row_h * row),
                     cv2.FONT_HERSHEY_SIMPLEX, 0.32, (30, 30, 30), 1, cv2.LINE_AA)
+    axis_y = pad + bar_h + labels_h + 8
     for f in sorted({0, n - 1, *range(0, n, max(1, n // 8))}):
-        cv2.putText(img, str(f), (x(f), img.shape[0] - 4), cv2.FONT_HERSHEY_SIMPLEX, 0.3, (90, 90, 90), 1, cv2.LINE_AA)
+        cv2.putText(img, str(f), (x(f), axis_y), cv2.FONT_HERSHEY_SIMPLEX, 0.3, (90, 90, 90), 1, cv2.LINE_AA)
+    lx = pad
+    for name, colour in (("fast", FAST), ("slow", SLOW), ("lost", LOST), ("not on screen", EMPTY), ("escalated", HARD), ("event", SOFT)):
+        cv2.rectangle(img, (lx, axis_y + 8), (lx + 10, axis_y + 16), colour, -1)
+        cv2.putText(img, name, (lx + 14, axis_y + 16), cv2.FONT_HERSHEY_SIMPLEX, 0.32, (60, 60, 60), 1, cv2.LINE_AA)
+        lx += 24 + 7 * len(name)
     return img
