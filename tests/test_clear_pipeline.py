@@ -185,3 +185,23 @@ def test_tracks_that_converged_on_one_object_are_one_candidate():
     c[:, 10:14, 10:14] = True
     assert distinct_tracks(np.stack([a, b, c]), 0.7) == [0, 2]
     assert distinct_tracks(np.stack([a, b, c]), 0.7, share=0.9) == [0, 1, 2]
+
+
+def test_the_heartbeat_asks_the_planner_again_and_a_changed_mind_escalates():
+    frames, truth, query = clip(0)
+
+    class ChangesItsMind(OracleSelector):
+        def select(self, frames, marks, query):
+            first = super().select(frames, marks, query)
+            if self.calls == 1:
+                return first
+            return Selection(None, False, 1.0, [], ["no longer sure"])
+
+    planner = ChangesItsMind(truth, sub_indices(len(frames)))
+    pipe = ClearPipeline(ClearConfig(overlay=False, heartbeat_every=10, cooldown=1), planner=planner, tracker=load_tracker("classic"),
+                         proposer=ColourProposer())
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(frames, query)
+    fails = [e for e in out.events if e["kind"] == "HEARTBEAT_FAIL"]
+    assert fails and all(e["action"] == "re-anchor" for e in fails) and planner.calls > 1
+    assert out.planner_calls == planner.calls

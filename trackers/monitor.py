@@ -27,13 +27,13 @@ TRACK_MERGE     the mask starts to coincide (IoU > 0.5) with another   0.5
                 candidate's track: two tracks on one object
 SCENE_CUT       mean abs difference of 64x64 grey thumbnails > 0.35    hard
 HEARTBEAT       every heartbeat_every frames: a cheap planner check    check
-HEARTBEAT_FAIL  the caller's check said the target no longer matches   hard
+HEARTBEAT_FAIL  the caller's check said the target no longer matches   1
 ==============  ====================================================  ======
 
 ``ModeController`` turns events into modes: each event adds its ``weights`` entry to a risk summed
 over the last ``risk_window`` frames (either direction of tracking); slow mode starts when the risk
 reaches ``risk_threshold``, but not within ``cooldown`` frames of the last slow call, unless an
-event is hard (a scene cut, an appearance switch, a failed planner check): those start it at once.
+event is hard (a scene cut, an appearance switch): those start it at once.
 The weights make single weak signals (a bounce reads as a motion break) wait for a second one.
 """
 
@@ -50,10 +50,10 @@ from core.frames import resize_frame
 
 EVENTS = ("DISAPPEAR", "REAPPEAR", "SCALE_JUMP", "SHAPE_DRIFT", "LOW_CONF", "ID_SWITCH", "APPEAR_DRIFT", "JUMP", "MOTION_BREAK",
           "SIZE_DRIFT", "TRACK_MERGE", "SCENE_CUT", "HEARTBEAT", "HEARTBEAT_FAIL")
-HARD_EVENTS = frozenset({"ID_SWITCH", "SCENE_CUT", "HEARTBEAT_FAIL"})  # escalate at once, cool-down or not
+HARD_EVENTS = frozenset({"ID_SWITCH", "SCENE_CUT"})  # escalate at once, cool-down or not
 # risk each event adds [PROPOSED; chosen on 120 val-split vrs clips, benchmarks/clear.py --split val]:
 # one event of weight 1 escalates alone, weaker ones must agree within risk_window frames
-DEFAULT_WEIGHTS = {"REAPPEAR": 1.0, "MOTION_BREAK": 0.5, "TRACK_MERGE": 0.5, "SIZE_DRIFT": 0.5, "SHAPE_DRIFT": 0.5, "JUMP": 0.5,
+DEFAULT_WEIGHTS = {"REAPPEAR": 1.0, "HEARTBEAT_FAIL": 1.0, "MOTION_BREAK": 0.5, "TRACK_MERGE": 0.5, "SIZE_DRIFT": 0.5, "SHAPE_DRIFT": 0.5, "JUMP": 0.5,
                    "SCALE_JUMP": 0.25, "LOW_CONF": 0.25, "APPEAR_DRIFT": 0.25, "DISAPPEAR": 0.0}
 CHECKS = frozenset({"HEARTBEAT"})  # requests for a cheap planner check: neither hard nor a risk
 

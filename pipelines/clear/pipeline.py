@@ -39,7 +39,7 @@ from core.memory import check_allocation
 from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, make_generator, output_field, setting
 from pipelines.clear.dictionary import ConceptDictionary
 from planners.counterfactual import Mark, Selection
-from trackers.monitor import EventMonitor, ModeController, MonitorConfig, centroid, mask_iou
+from trackers.monitor import EventMonitor, ModeController, MonitorConfig, MonitorEvent, centroid, mask_iou
 from trackers.protocol import Tracker, open_source
 from trackers.proposals import Candidate, Proposer
 
@@ -317,7 +317,11 @@ class ClearPipeline(Pipeline):
         target = tracks[j].copy()
         events, modes = [], ["fast"] * n
         if self.config.monitor:
-            target, events, modes = self.watch(source, starts[j], cands, j, tracks, presence[j], target)
+            def still_the_target(current: np.ndarray) -> bool:  # the heartbeat: the planner's choice with the track as it is now
+                marks = [Mark(c.id, (current if i == j else tracks[i])[sub]) for i, c in enumerate(cands)]
+                return self.planner.select(frames, marks, query).number == sel.number
+
+            target, events, modes = self.watch(source, starts[j], cands, j, tracks, presence[j], target, still_the_target)
         seconds["total"] = time.perf_counter() - t0
         return ClearOutput(query=query, target_id=sel.number, no_match=False, ambiguous=sel.ambiguous, anchor_frame=anchor, track_frame=starts[j],
                            selection=sel.to_dict(), events=events, modes=modes,
@@ -336,10 +340,11 @@ class ClearPipeline(Pipeline):
         return draw_masks(np.asarray(source.get_frames(list(range(n)))), target.astype(np.uint8), alpha=0.5)
 
     def watch(self, source, anchor: int, cands: list[Candidate], j: int, tracks: np.ndarray, presence: np.ndarray,
-              target: np.ndarray) -> tuple[np.ndarray, list[dict], list[str]]:
+              target: np.ndarray, check: Callable[[np.ndarray], bool] | None = None) -> tuple[np.ndarray, list[dict], list[str]]:
         """Fast mode from the anchor to the end and from the anchor back to the first frame, each
         pass under its own monitor; slow re-anchoring on escalation (``repair``; without it the
-        escalations are only recorded, action ``flag``)."""
+        escalations are only recorded, action ``flag``). ``check(target)``: the heartbeat's planner
+        check of the whole track as it stands (False fires HEARTBEAT_FAIL); only while repairing."""
         n = len(source)
         anchor_rgb = np.asarray(source.get_frames([anchor]))[0]
         concept = ConceptDictionary()
@@ -356,12 +361,14 @@ class ClearPipeline(Pipeline):
         events: list[dict] = []
         modes = ["fast"] * n
         for reverse in (False, True):
-            self._watch_pass(source, anchor, reverse, cands[j].mask, concept, {i + 1: tracks[i] for i in others}, presence, target, events, modes)
+            self._watch_pass(source, anchor, reverse, cands[j].mask, concept, {i + 1: tracks[i] for i in others}, presence, target, events, modes,
+                             check)
         events.sort(key=lambda e: e["frame"])
         return target, events, modes
 
     def _watch_pass(self, source, anchor: int, reverse: bool, anchor_mask: np.ndarray, concept: ConceptDictionary, others: dict,
-                    presence: np.ndarray, target: np.ndarray, events: list[dict], modes: list[str]) -> None:
+                    presence: np.ndarray, target: np.ndarray, events: list[dict], modes: list[str],
+                    check: Callable[[np.ndarray], bool] | None) -> None:
         n = len(source)
         mcfg = self.config.monitor_config()
         monitor, controller = EventMonitor(mcfg), ModeController(mcfg)
@@ -387,6 +394,8 @@ class ClearPipeline(Pipeline):
                                    others={k: m[t] for k, m in others.items()})
             if t == anchor and reverse:
                 continue  # the forward pass watched the anchor frame
+            if self.config.repair and check is not None and any(e.check for e in fired) and not check(target):
+                fired.append(MonitorEvent(t, "HEARTBEAT_FAIL", 0.0, 1.0))
             mode = controller.decide(t, fired)
             action = ("re-anchor" if self.config.repair else "flag") if mode == "slow" else "continue"
             events += [{**e.to_dict(), "action": action} for e in fired if not e.check]
