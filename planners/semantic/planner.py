@@ -1,0 +1,606 @@
+"""Bernini's semantic planner: masked semantic planning in ViT space with a per-token flow head (spec b.2-b.4, b.9).
+
+    planner = SemanticPlanner(SemanticPlannerConfig(token_dim=192, plan_grid=(2, 4, 4)), TinyPlannerBackbone())
+    out = planner.plan("a red square moves left", generator=torch.Generator().manual_seed(0))
+    out.tokens          # (T', h, w, token_dim): the predicted target ViT tokens
+    out.order           # the reveal order over the flattened grid
+    planner.loss([PlanExample(PlanRequest(prompt=...), target=vit_tokens)]).loss.backward()
+
+The backbone (``backbones.PlannerBackbone``: a transformers Qwen2.5-VL, or the builtin transformer) reads
+the planner sequence of ``layout.py`` as ``inputs_embeds`` under the block mask; its penultimate hidden
+states at the target placeholders, through the ``for_vit`` connector, condition the flow head.
+
+Training (b.3): part of the target tokens is masked (mask token in), the rest is given (its ground truth
+in); the flow-matching loss is taken on the masked ones only; chain-of-thought text, when present, adds
+next-token cross-entropy. Inference (b.4): all targets start masked; a cosine schedule reveals them in a
+random order, each step sampling the revealed tokens with a few Euler steps of the head under three-stream
+CFG and writing them back into every stream's sequence.
+
+Streams (b.4) [interpretation]: ``cond`` is the full input; ``imgcond`` drops the instruction (and the
+chain of thought) but keeps the source visuals; ``uncond`` drops both. Dropped text is replaced by the
+negative prompt when one is given, else removed. Without sources the spec makes ``imgcond`` identical
+to ``cond`` (``imgcond_without_sources="cond"``), so a t2v plan is guided by ``img_cfg`` alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from core.device import select_device, select_dtype
+from core.errors import InputError
+from core.weights_io import load_state_dict, save_state_dict
+from planners.semantic import flow_head, maskgit
+from planners.semantic.backbones import BACKBONES, PlannerBackbone
+from planners.semantic.layout import (
+    SYSTEM_PROMPTS,
+    PlannerSequence,
+    TokenType,
+    VisualTokens,
+    additive_mask,
+    block_attention_mask,
+    check_grid,
+    pad_batch,
+)
+from renderers import flow
+
+FORMAT_VERSION = 1
+MODEL_NAME = "semantic-planner"
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+@dataclass
+class SemanticPlannerConfig:
+    """The planner's settings. Spec values are marked [PORT]/[C]; [DEFAULT]/[PROPOSED] were not published.
+
+    Sizes: ``token_dim`` is the ViT token width of sources and targets (Qwen2.5-VL-7B's merged tokens:
+    3584 = the LM width; builtin: the ViT width, 192), ``plan_grid`` the default target grid (T', h, w)
+    [PROPOSED (2, 4, 4) for the builtin; Bernini's 81 frames at 480x832 give (5, 12, 20)].
+    ``head_width`` / ``head_depth``: 4096 / 16 in the release [PORT]; small defaults here [PROPOSED].
+    ``text_embed_dim``: if set, ``prompt_embeds`` of that width (e.g. MiniLM token states, 384) enter
+    through a learned projection; None: they must already be in the backbone's input space.
+    ``context_dim``: if set, the ``for_gen`` connector (Linear-GELU-RMSNorm-Linear) maps the final hidden
+    states to the renderer's context width (4096 for Wan's UMT5) [PORT]; None: no renderer contexts.
+    ``num_mask_tokens``: rows of the learned mask-token table (4096 in the release); only row 0 is ever
+    used, in training and inference [DEFAULT].
+    """
+
+    token_dim: int = 192
+    plan_grid: tuple[int, int, int] = (2, 4, 4)
+    text_embed_dim: int | None = None
+    context_dim: int | None = None
+    num_mask_tokens: int = 1
+    head_width: int = 256
+    head_depth: int = 2
+    # the head's flow-matching schedule [PORT]; extra_one_step's value [PROPOSED]
+    head_shift: float = flow_head.HEAD_SHIFT
+    head_sigma_min: float = flow_head.HEAD_SIGMA_MIN
+    head_sigma_max: float = flow_head.HEAD_SIGMA_MAX
+    head_extra_one_step: bool = True
+    # inference [PORT]: planning_step 25, vit_denoising_step 3, vit_txt_cfg 1.4, vit_img_cfg 1.2
+    planning_steps: int = 25
+    denoising_steps: int = 3
+    txt_cfg: float = 1.4
+    img_cfg: float = 1.2
+    imgcond_without_sources: str = "cond"
+    # training [DEFAULT]: mask ratio r ~ U[0.5, 1], text / source dropout 0.1, lambda_cot 1
+    mask_ratio_min: float = 0.5
+    mask_ratio_max: float = 1.0
+    text_dropout: float = 0.1
+    visual_dropout: float = 0.1
+    flow_batch_mul: int = 1  # noise draws per masked token per step [PROPOSED 1; MAR uses 4]
+    # chain of thought [DEFAULT b.9]: greedy, at most 256 tokens, before the target block; False = ablation
+    cot: bool = True
+    cot_weight: float = 1.0
+    max_cot_tokens: int = 256
+    # M-RoPE time step between video frames of a vision block (Qwen2.5-VL at ViT fps 2) [PORT]
+    video_t_step: int = 2
+
+    def __post_init__(self):
+        self.plan_grid = check_grid("plan_grid", self.plan_grid)
+        for name in ("token_dim", "num_mask_tokens", "head_width", "planning_steps", "denoising_steps",
+                     "flow_batch_mul"):
+            v = getattr(self, name)
+            if not _is_int(v) or v < 1:
+                raise InputError(name, v, "use a positive integer")
+        for name in ("head_depth", "max_cot_tokens", "video_t_step"):
+            v = getattr(self, name)
+            if not _is_int(v) or v < 0:
+                raise InputError(name, v, "use a non-negative integer")
+        for name in ("text_embed_dim", "context_dim"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or v < 1):
+                raise InputError(name, v, "use a positive integer or None")
+        for name in ("txt_cfg", "img_cfg", "cot_weight", "head_shift"):
+            v = getattr(self, name)
+            if not _is_real(v) or v < 0:
+                raise InputError(name, v, "use a finite number >= 0")
+        if self.head_shift <= 0:
+            raise InputError("head_shift", self.head_shift, "use a positive shift (Bernini's head uses 2.0)")
+        for name in ("text_dropout", "visual_dropout"):
+            v = getattr(self, name)
+            if not _is_real(v) or not 0 <= v <= 1:
+                raise InputError(name, v, "use a probability in [0, 1]")
+        if not (_is_real(self.mask_ratio_min) and _is_real(self.mask_ratio_max)
+                and 0 < self.mask_ratio_min <= self.mask_ratio_max <= 1):
+            raise InputError("mask_ratio_min", (self.mask_ratio_min, self.mask_ratio_max),
+                             "use 0 < mask_ratio_min <= mask_ratio_max <= 1")
+        if not (_is_real(self.head_sigma_min) and _is_real(self.head_sigma_max)
+                and 0 <= self.head_sigma_min < self.head_sigma_max <= 1):
+            raise InputError("head_sigma_min", (self.head_sigma_min, self.head_sigma_max),
+                             "use 0 <= head_sigma_min < head_sigma_max <= 1")
+        if self.imgcond_without_sources not in ("cond", "uncond"):
+            raise InputError("imgcond_without_sources", self.imgcond_without_sources, "use 'cond' (spec b.4) or 'uncond'")
+
+
+@dataclass(eq=False)
+class PlanRequest:
+    """What to plan: the instruction (text, or ``prompt_embeds`` ``(L, text_embed_dim)``), optional negative
+    prompt, source visuals in ViT token space, the task (picks the system prompt) and, optionally, a given
+    chain of thought (training data, or forced at inference)."""
+
+    prompt: str | None = None
+    prompt_embeds: torch.Tensor | None = None
+    negative_prompt: str | None = None
+    negative_prompt_embeds: torch.Tensor | None = None
+    sources: Sequence[VisualTokens] = ()
+    task: str = "t2v"
+    system_prompt: str | None = None
+    cot_text: str | None = None
+
+    def __post_init__(self):
+        if self.prompt is None and self.prompt_embeds is None:
+            raise InputError("prompt", None, "pass the instruction as text (prompt) or as prompt_embeds")
+        if self.prompt is not None and self.prompt_embeds is not None:
+            raise InputError("prompt_embeds", tuple(self.prompt_embeds.shape), "pass prompt or prompt_embeds, not both")
+        for name in ("prompt", "negative_prompt", "system_prompt", "cot_text"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, str):
+                raise InputError(name, v, "pass a string")
+        for name in ("prompt_embeds", "negative_prompt_embeds"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, torch.Tensor) or v.ndim != 2 or v.shape[0] < 1
+                                  or not v.is_floating_point()):
+                raise InputError(name, getattr(v, "shape", v), "pass a float tensor (L, dim) with L >= 1")
+        if isinstance(self.sources, VisualTokens):
+            self.sources = [self.sources]
+        self.sources = list(self.sources)
+        for s in self.sources:
+            if not isinstance(s, VisualTokens):
+                raise InputError("sources", type(s).__name__, "pass VisualTokens (see backbone.encode_visual)")
+        if self.system_prompt is None and self.task not in SYSTEM_PROMPTS:
+            raise InputError("task", self.task, f"use one of {sorted(SYSTEM_PROMPTS)} or pass system_prompt")
+
+
+@dataclass(eq=False)
+class PlanExample:
+    """One training example: the request and the target's ViT tokens ``(T', h, w, token_dim)``.
+
+    ``target_mask`` ``(T', h, w)`` bool, True = masked (predicted and scored); None draws it from the
+    mask-ratio range. Text / source dropout for CFG is drawn per example unless ``dropout=False``.
+    """
+
+    request: PlanRequest
+    target: torch.Tensor
+    target_mask: torch.Tensor | None = None
+    dropout: bool = True
+
+
+@dataclass
+class PlannerLoss:
+    """``loss = plan + cot_weight * cot``; ``per_token`` holds the flow loss of each masked target token."""
+
+    loss: torch.Tensor
+    plan: torch.Tensor
+    cot: torch.Tensor | None
+    num_masked: int
+    per_token: torch.Tensor
+
+
+@dataclass
+class PlanOutput:
+    """``tokens`` ``(T', h, w, token_dim)``; ``order`` the flattened positions in the order they were written;
+    ``reveal_counts`` tokens per step; ``cot_text`` the chain of thought (None when off); ``contexts``:
+    (with_target, without_target, uncond), each ``(1, n, context_dim)``, the renderer contexts of spec b.4
+    (None without ``for_gen``)."""
+
+    tokens: torch.Tensor
+    order: torch.Tensor
+    reveal_counts: list[int]
+    cot_text: str | None = None
+    contexts: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+
+StepCallback = Callable[[int, dict[str, Any]], None]
+
+
+def _generator(generator: object) -> torch.Generator | None:
+    if generator is None or isinstance(generator, torch.Generator):
+        return generator
+    if _is_int(generator):
+        return torch.Generator().manual_seed(int(generator))
+    raise InputError("generator", generator, "pass a torch.Generator, an integer seed or None")
+
+
+class SemanticPlanner(nn.Module):
+    """The Bernini planner around a pluggable backbone (see the module docstring)."""
+
+    def __init__(self, config: SemanticPlannerConfig | None = None, backbone: PlannerBackbone | None = None):
+        super().__init__()
+        if config is not None and not isinstance(config, SemanticPlannerConfig):
+            raise InputError("config", type(config).__name__, "pass a SemanticPlannerConfig")
+        if backbone is None:
+            from planners.semantic.backbones import TinyPlannerBackbone
+
+            backbone = TinyPlannerBackbone()
+        if not isinstance(backbone, nn.Module) or not isinstance(backbone, PlannerBackbone):
+            raise InputError("backbone", type(backbone).__name__, "pass a PlannerBackbone module (builtin or hf)")
+        self.config = c = config or SemanticPlannerConfig()
+        self.backbone = backbone
+        h = backbone.hidden_size
+        self.vit_in = nn.Identity() if c.token_dim == h else nn.Linear(c.token_dim, h)  # [PROPOSED] when widths differ
+        self.text_proj = nn.Linear(c.text_embed_dim, h) if c.text_embed_dim else None
+        self.mask_tokens = nn.Parameter(torch.randn(1, c.num_mask_tokens, h) * 0.02)
+        self.for_vit = nn.Sequential(nn.Linear(h, h), nn.GELU(), nn.Linear(h, h), nn.RMSNorm(h, eps=1e-6), nn.Linear(h, h))
+        self.head = flow_head.SimpleMLPAdaLN(c.token_dim, h, c.head_width, c.head_depth)
+        self.for_gen = None
+        if c.context_dim:
+            d = c.context_dim
+            self.for_gen = nn.Sequential(nn.Linear(h, d), nn.GELU(), nn.RMSNorm(d, eps=1e-6), nn.Linear(d, d))
+
+    # ---- sequences ---------------------------------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        return self.mask_tokens.device
+
+    def _text_rows(self, ids: list[int]) -> torch.Tensor:
+        return self.backbone.embed_tokens(torch.tensor(ids, dtype=torch.long, device=self.device))
+
+    def _prompt_rows(self, text: str | None, embeds: torch.Tensor | None, name: str) -> torch.Tensor | None:
+        if text is not None:
+            ids = self.backbone.encode_text(text)
+            return self._text_rows(ids) if ids else None
+        if embeds is None:
+            return None
+        want = self.config.text_embed_dim or self.backbone.hidden_size
+        if embeds.shape[-1] != want:
+            raise InputError(name, tuple(embeds.shape), f"rows must be {want}-d (text_embed_dim or the backbone width)")
+        x = embeds.to(self.device, self.mask_tokens.dtype)
+        return self.text_proj(x) if self.text_proj is not None else x
+
+    def _source_rows(self, source: VisualTokens) -> torch.Tensor:
+        if source.tokens.shape[-1] != self.config.token_dim:
+            raise InputError("sources", repr(source), f"tokens must be token_dim = {self.config.token_dim} wide")
+        return self.vit_in(source.tokens.reshape(-1, source.tokens.shape[-1]).to(self.device, self.mask_tokens.dtype))
+
+    def _build(self, request: PlanRequest, grid: tuple[int, int, int], *, text: bool = True, visuals: bool = True,
+               cot_ids: list[int] | None = None, cot_loss: bool = False,
+               target_rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """One stream's sequence (spec b.2). ``text=False`` drops the instruction and chain of thought (the
+        negative prompt stands in if given); ``visuals=False`` drops the sources. ``target_rows`` None:
+        the prefix up to the chain of thought so far (for decoding it)."""
+        sp = self.backbone.special_ids
+        seq = PlannerSequence()
+        system = request.system_prompt if request.system_prompt is not None else SYSTEM_PROMPTS[request.task]
+        seq.add_text(self._text_rows([sp["im_start"]] + self.backbone.encode_text("system\n" + system)))
+        dtype = seq.embeds[0].dtype
+        seq.add_text(self._text_rows([sp["im_start"]] + self.backbone.encode_text("user\n")))
+        if text:
+            instr = self._prompt_rows(request.prompt, request.prompt_embeds, "prompt_embeds")
+        else:
+            instr = self._prompt_rows(request.negative_prompt, request.negative_prompt_embeds, "negative_prompt_embeds")
+        if instr is not None:
+            seq.add_text(instr.to(dtype))
+        if visuals:
+            t_step = self.config.video_t_step
+            for source in request.sources:
+                seq.add_text(self._text_rows([sp["vision_start"]]))
+                seq.add_visual(self._source_rows(source).to(dtype), source.grid, TokenType.INPUT,
+                               t_step if source.kind == "video" else 0)
+                seq.add_text(self._text_rows([sp["vision_end"]]))
+        seq.add_text(self._text_rows([sp["im_start"]] + self.backbone.encode_text("assistant\n")))
+        cot = list(cot_ids or []) if text else []
+        if cot:
+            seq.add_text(self._text_rows(cot), ids=cot, loss=cot_loss)
+        if target_rows is None:
+            return seq.tensors()
+        seq.add_text(self._text_rows([sp["vision_start"]]), ids=[sp["vision_start"]], loss=cot_loss and bool(cot))
+        seq.add_visual(target_rows.to(dtype), grid, TokenType.TARGET, self.config.video_t_step)
+        seq.add_text(self._text_rows([sp["vision_end"]]))
+        return seq.tensors()
+
+    def _forward(self, items: list[dict[str, torch.Tensor]]) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+        batch = pad_batch(items)
+        mask = additive_mask(block_attention_mask(batch["token_type"], batch["segment_ids"]), batch["embeds"].dtype)
+        states = self.backbone(batch["embeds"], mask, batch["position_ids"])
+        return batch, states
+
+    def _conditions(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.for_vit(hidden.to(self.mask_tokens.dtype))
+
+    def _mask_row(self, n: int) -> torch.Tensor:
+        return self.mask_tokens[0, :1].expand(n, -1)
+
+    # ---- training ----------------------------------------------------------------------------------
+
+    def masked_flow_loss(self, z: torch.Tensor, target: torch.Tensor, mask: torch.Tensor,
+                         generator: torch.Generator | None = None) -> torch.Tensor:
+        """Per-token flow-matching loss ``(M * flow_batch_mul,)`` on the masked rows only (spec b.3).
+
+        ``z`` ``(N, C)`` conditions, ``target`` ``(N, token_dim)`` ground truth, ``mask`` ``(N,)`` bool. Only
+        masked rows are noised and scored, so the other rows' targets cannot change the result.
+        sigma ~ U(0, 1) shifted by ``head_shift`` (``flow.sample_sigmas``, uniform density) [DEFAULT].
+        """
+        if mask.dtype != torch.bool or mask.shape != target.shape[:1] or z.shape[0] != target.shape[0]:
+            raise InputError("mask", tuple(mask.shape), f"use a bool (N,) mask for {target.shape[0]} target rows")
+        mul = self.config.flow_batch_mul
+        z_m = z[mask].repeat(mul, 1)
+        y0 = target[mask].to(torch.float32).repeat(mul, 1)
+        sigma = flow.sample_sigmas(y0.shape[0], generator=generator, density="uniform",
+                                   shift=self.config.head_shift).to(y0.device)
+        noise = flow.initial_noise(y0.shape, generator=generator, device=y0.device)
+        y_t = flow.add_noise(y0, noise, sigma)
+        v = self.head(y_t, flow.sigmas_to_timesteps(sigma), z_m).float()
+        return ((v - flow.velocity_target(y0, noise)) ** 2).mean(-1)
+
+    def loss(self, batch: PlanExample | Sequence[PlanExample], generator: torch.Generator | int | None = None) -> PlannerLoss:
+        """``L_planner = L_plan + cot_weight * L_CE(cot)`` over a batch (spec b.3), one backbone forward.
+
+        Per example: text dropped with ``text_dropout`` (instruction and chain of thought), sources with
+        ``visual_dropout``; a mask ratio ``r ~ U[mask_ratio_min, mask_ratio_max]`` picks ``round(r N)``
+        (at least 1) masked positions unless ``target_mask`` is given; masked positions get the mask token,
+        the others their ground truth (teacher forcing). ``L_plan``: mean over all masked tokens of the
+        batch; ``L_CE``: mean over the chain-of-thought tokens (and the token that closes them).
+        """
+        g = _generator(generator)
+        examples = [batch] if isinstance(batch, PlanExample) else list(batch)
+        if not examples or not all(isinstance(e, PlanExample) for e in examples):
+            raise InputError("batch", type(batch).__name__, "pass a PlanExample or a non-empty list of them")
+        c = self.config
+        items, targets, masks = [], [], []
+        for i, ex in enumerate(examples):
+            y = ex.target
+            if not isinstance(y, torch.Tensor) or y.ndim != 4 or y.shape[-1] != c.token_dim or not y.is_floating_point():
+                raise InputError(f"batch[{i}].target", getattr(y, "shape", y),
+                                 f"pass float ViT tokens (T', h, w, {c.token_dim})")
+            grid = tuple(int(n) for n in y.shape[:3])
+            n = grid[0] * grid[1] * grid[2]
+            y = y.reshape(n, c.token_dim).to(self.device)
+            if ex.target_mask is not None:
+                m = ex.target_mask
+                if not isinstance(m, torch.Tensor) or m.dtype != torch.bool or tuple(m.shape) != grid or not bool(m.any()):
+                    raise InputError(f"batch[{i}].target_mask", getattr(m, "shape", m),
+                                     f"pass a bool {grid} tensor with at least one True (masked) position")
+                m = m.reshape(-1).to(self.device)
+            else:
+                r = c.mask_ratio_min + (c.mask_ratio_max - c.mask_ratio_min) * float(torch.rand((), generator=g))
+                k = min(n, max(1, round(r * n)))
+                m = torch.zeros(n, dtype=torch.bool)
+                m[torch.randperm(n, generator=g)[:k]] = True
+                m = m.to(self.device)
+            drop_text = ex.dropout and float(torch.rand((), generator=g)) < c.text_dropout
+            drop_vis = ex.dropout and float(torch.rand((), generator=g)) < c.visual_dropout
+            rows = torch.where(m[:, None], self._mask_row(n), self.vit_in(y.to(self.mask_tokens.dtype)))
+            req = ex.request
+            cot_ids = self.backbone.encode_text(req.cot_text) if (c.cot and req.cot_text) else None
+            items.append(self._build(req, grid, text=not drop_text, visuals=not drop_vis, cot_ids=cot_ids,
+                                     cot_loss=True, target_rows=rows))
+            targets.append(y)
+            masks.append(m)
+        batch_t, states = self._forward(items)
+        hidden = states[-2]
+        z = torch.cat([self._conditions(hidden[b, it["target_index"]]) for b, it in enumerate(items)])
+        per_token = self.masked_flow_loss(z, torch.cat(targets), torch.cat(masks), g)
+        plan_loss = per_token.mean()
+        labels = batch_t["labels"]
+        cot_loss = None
+        scored = labels[:, 1:] != -100
+        if bool(scored.any()):
+            logits = self.backbone.lm_logits(states[-1][:, :-1][scored])
+            cot_loss = F.cross_entropy(logits.float(), labels[:, 1:][scored])
+        total = plan_loss + (c.cot_weight * cot_loss if cot_loss is not None else 0.0)
+        return PlannerLoss(total, plan_loss, cot_loss, int(torch.cat(masks).sum()), per_token)
+
+    # ---- inference ---------------------------------------------------------------------------------
+
+    def _decode_cot(self, request: PlanRequest, grid: tuple[int, int, int], max_tokens: int) -> list[int]:
+        """Greedy chain of thought after the assistant header (b.9 [DEFAULT]); stops at ``<|vision_start|>``
+        (the plan block opens) or the end-of-text token. Recomputes the prefix each token (no KV cache):
+        the prefix is plain causal text, so this is what a cache would give."""
+        stop = {self.backbone.special_ids["vision_start"], self.backbone.special_ids["eos"]}
+        ids: list[int] = []
+        for _ in range(max_tokens):
+            _, states = self._forward([self._build(request, grid, cot_ids=ids)])
+            nxt = int(self.backbone.lm_logits(states[-1][0, -1]).argmax())
+            if nxt in stop:
+                break
+            ids.append(nxt)
+        return ids
+
+    def _check_plan_args(self, grid, steps, denoising_steps, txt_cfg, img_cfg, max_cot_tokens, callback):
+        c = self.config
+        grid = check_grid("grid", c.plan_grid if grid is None else grid)
+        steps = c.planning_steps if steps is None else steps
+        if not _is_int(steps) or steps < 1:
+            raise InputError("steps", steps, "use a positive number of planning steps (Bernini uses 25 or 50)")
+        denoising_steps = c.denoising_steps if denoising_steps is None else denoising_steps
+        if not _is_int(denoising_steps) or denoising_steps < 1:
+            raise InputError("denoising_steps", denoising_steps, "use a positive number of Euler steps (1, 3 or 5)")
+        txt_cfg = c.txt_cfg if txt_cfg is None else txt_cfg
+        img_cfg = c.img_cfg if img_cfg is None else img_cfg
+        for name, v in (("txt_cfg", txt_cfg), ("img_cfg", img_cfg)):
+            if not _is_real(v) or v < 0:
+                raise InputError(name, v, "use a finite guidance scale >= 0 (1 = no guidance)")
+        max_cot_tokens = c.max_cot_tokens if max_cot_tokens is None else max_cot_tokens
+        if not _is_int(max_cot_tokens) or max_cot_tokens < 0:
+            raise InputError("max_cot_tokens", max_cot_tokens, "use a non-negative integer")
+        if callback is not None and not callable(callback):
+            raise InputError("callback", callback, "pass a function callback(step, info) or None")
+        return grid, int(steps), int(denoising_steps), float(txt_cfg), float(img_cfg), int(max_cot_tokens)
+
+    @torch.no_grad()
+    def plan(self, request: PlanRequest | str | None = None, *, prompt_embeds: torch.Tensor | None = None,
+             negative_prompt: str | None = None, sources: Sequence[VisualTokens] = (), task: str = "t2v",
+             grid: tuple[int, int, int] | None = None, steps: int | None = None, denoising_steps: int | None = None,
+             txt_cfg: float | None = None, img_cfg: float | None = None, cot: bool | None = None,
+             max_cot_tokens: int | None = None, generator: torch.Generator | int | None = None,
+             callback: StepCallback | None = None) -> PlanOutput:
+        """Plan the target's ViT tokens with the MaskGIT / MAR loop (spec b.4).
+
+        ``request``: a ``PlanRequest``, or the prompt text (then ``prompt_embeds``, ``negative_prompt``,
+        ``sources`` and ``task`` fill one). ``grid`` (T', h, w) defaults to ``plan_grid``; ``steps``,
+        ``denoising_steps``, ``txt_cfg``, ``img_cfg`` and ``cot`` default to the config. All randomness (the
+        order, every step's noise) comes from ``generator``. ``callback(step, info)`` runs after each step
+        with ``info = {"positions", "tokens", "num_steps"}``.
+        """
+        c = self.config
+        if isinstance(request, PlanRequest):
+            if prompt_embeds is not None or negative_prompt is not None or sources:
+                raise InputError("request", "PlanRequest", "pass the fields inside the PlanRequest, not beside it")
+        elif request is None or isinstance(request, str):
+            request = PlanRequest(prompt=request, prompt_embeds=prompt_embeds, negative_prompt=negative_prompt,
+                                  sources=sources, task=task)
+        else:
+            raise InputError("request", type(request).__name__, "pass a PlanRequest or the prompt text")
+        grid, steps, denoising_steps, txt_cfg, img_cfg, max_cot_tokens = self._check_plan_args(
+            grid, steps, denoising_steps, txt_cfg, img_cfg, max_cot_tokens, callback)
+        g = _generator(generator)
+        use_cot = c.cot if cot is None else bool(cot)
+        n = grid[0] * grid[1] * grid[2]
+
+        cot_ids: list[int] = []
+        if use_cot:
+            cot_ids = (self.backbone.encode_text(request.cot_text) if request.cot_text is not None
+                       else self._decode_cot(request, grid, max_cot_tokens))
+        imgcond_is_cond = not request.sources and c.imgcond_without_sources == "cond"
+        need_ic, need_u = flow_head.needed_streams(txt_cfg, img_cfg, imgcond_is_cond)
+        rows = self._mask_row(n)
+        streams = [self._build(request, grid, cot_ids=cot_ids, target_rows=rows)]
+        if need_ic:
+            streams.append(self._build(request, grid, text=False, target_rows=rows))
+        if need_u:
+            streams.append(self._build(request, grid, text=False, visuals=False, target_rows=rows))
+        batch = pad_batch(streams)
+        embeds = batch["embeds"]
+        mask = additive_mask(block_attention_mask(batch["token_type"], batch["segment_ids"]), embeds.dtype)
+        target_index = [s["target_index"] for s in streams]
+        tokens = torch.zeros(n, c.token_dim, device=self.device)
+
+        def predict(step: int, positions: torch.Tensor) -> torch.Tensor:
+            hidden = self.backbone(embeds, mask, batch["position_ids"])[-2]
+            z = [self._conditions(hidden[b, idx[positions]]) for b, idx in enumerate(target_index)]
+            z_ic = z[1] if need_ic else None
+            z_u = z[-1] if need_u else None
+            return flow_head.sample_tokens(self.head, z[0], z_ic, z_u, token_dim=c.token_dim, steps=denoising_steps,
+                                           txt_scale=txt_cfg, img_scale=img_cfg, generator=g, shift=c.head_shift,
+                                           sigma_min=c.head_sigma_min, sigma_max=c.head_sigma_max,
+                                           extra_one_step=c.head_extra_one_step)
+
+        def write(positions: torch.Tensor, values: torch.Tensor) -> None:
+            tokens[positions] = values
+            fed = self.vit_in(values.to(self.mask_tokens.dtype)).to(embeds.dtype)
+            for b, idx in enumerate(target_index):
+                embeds[b, idx[positions]] = fed
+
+        def on_step(step: int, positions: torch.Tensor, values: torch.Tensor) -> None:
+            if callback is not None:
+                callback(step, {"positions": positions, "tokens": values, "num_steps": len(counts)})
+
+        order = maskgit.reveal_order(n, g, self.device)
+        counts = maskgit.reveal_counts(n, steps)
+        maskgit.run_reveal_loop(order, steps, predict, write, on_step)
+
+        contexts = None
+        if self.for_gen is not None:
+            contexts = self._contexts(request, grid, cot_ids, self.vit_in(tokens.to(self.mask_tokens.dtype)))
+        return PlanOutput(tokens.reshape(*grid, c.token_dim), order, counts,
+                          self.backbone.decode_text(cot_ids) if use_cot else None, contexts)
+
+    def _contexts(self, request: PlanRequest, grid, cot_ids, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The final pass of spec b.4: ``for_gen`` on the penultimate states of cond and uncond, cut into
+        (ctx_c at all positions, ctx_c at non-target positions, ctx_u at non-target positions)."""
+        items = [self._build(request, grid, cot_ids=cot_ids, target_rows=rows),
+                 self._build(request, grid, text=False, visuals=False, target_rows=rows)]
+        _, states = self._forward(items)
+        hidden = states[-2]
+        out = []
+        for b, it in enumerate(items):
+            length = it["embeds"].shape[0]
+            keep = torch.ones(length, dtype=torch.bool, device=hidden.device)
+            keep[it["target_index"]] = False
+            ctx = self.for_gen(hidden[b, :length].to(self.mask_tokens.dtype))
+            out.append((ctx, ctx[keep]))
+        return out[0][0][None], out[0][1][None], out[1][1][None]
+
+    # ---- persistence -------------------------------------------------------------------------------
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """``config.json`` + ``model.safetensors`` (the planner's own weights) + ``backbone/`` (the backbone's
+        own format: a transformers checkpoint, or the builtin's config + safetensors)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.backbone.save_pretrained(directory / "backbone")
+        own = {k: v for k, v in self.state_dict().items() if not k.startswith("backbone.")}
+        save_state_dict(own, directory / "model.safetensors")
+        meta = {"model": MODEL_NAME, "format_version": FORMAT_VERSION, "backbone": self.backbone.kind,
+                "config": asdict(self.config)}
+        (directory / "config.json").write_text(json.dumps(meta, indent=1))
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: Any = None, dtype: Any = None) -> SemanticPlanner:
+        directory = Path(directory)
+        try:
+            meta = json.loads((directory / "config.json").read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise InputError("directory", str(directory), f"no readable planner config.json ({e})") from None
+        if not isinstance(meta, dict) or meta.get("model") != MODEL_NAME:
+            raise InputError("directory", str(directory), f"config.json is not a {MODEL_NAME} (key 'model')")
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise InputError("format_version", meta.get("format_version"), f"this code reads version {FORMAT_VERSION}")
+        kind = meta.get("backbone")
+        if kind not in BACKBONES:
+            raise InputError("backbone", kind, f"use one of {sorted(BACKBONES)}")
+        known = {f.name for f in fields(SemanticPlannerConfig)}
+        cfg = meta.get("config")
+        if not isinstance(cfg, dict) or set(cfg) - known:
+            raise InputError("config", sorted(set(cfg or {}) - known), "unknown planner config keys")
+        config = SemanticPlannerConfig(**cfg)
+        device = select_device(device) if device is not None else torch.device("cpu")
+        dtype = select_dtype(dtype, device) if dtype is not None else None
+        backbone = BACKBONES[kind].from_pretrained(directory / "backbone", device=device, dtype=dtype)
+        planner = cls(config, backbone)
+        missing, unexpected = planner.load_state_dict(load_state_dict(directory / "model.safetensors"), strict=False)
+        missing = [k for k in missing if not k.startswith("backbone.")]
+        if missing or unexpected:
+            raise InputError("model.safetensors", {"missing": missing, "unexpected": unexpected},
+                             "the weights do not match config.json")
+        return planner.to(device=device, dtype=dtype).eval()
+
+
+def builtin_planner(config: SemanticPlannerConfig | None = None, backbone_config: Any = None) -> SemanticPlanner:
+    """A fresh builtin planner: the tiny transformer backbone under ``config``."""
+    from planners.semantic.backbones import TinyPlannerBackbone
+
+    return SemanticPlanner(config, TinyPlannerBackbone(backbone_config))
+
+
+__all__ = ["PlanExample", "PlanOutput", "PlanRequest", "PlannerLoss", "SemanticPlanner", "SemanticPlannerConfig",
+           "builtin_planner"]
