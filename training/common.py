@@ -167,8 +167,10 @@ def load_recipe(cls: type[R], out_dir: str | Path) -> R | None:
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
-    for key in ("model", "recipe", "provenance"):
+    for key in ("recipe", "provenance", "kind"):
         data.pop(key, None)
+    if isinstance(data.get("model"), str):  # the model's name; a recipe's own ``model`` field is its config
+        data.pop("model")
     return from_dict(cls, data, str(path))
 
 

@@ -340,7 +340,7 @@ def main(argv=None) -> int:
                         pool=args.pool, batch=args.batch)
     if args.steps:
         recipe = replace(recipe, train=replace(recipe.train, steps=args.steps))
-    write_json_atomic(out / "train_config.json", {"model": KIND, "recipe": type(recipe).__name__, "provenance": "python -m training.instances", **asdict(recipe)})
+    write_json_atomic(out / "train_config.json", {"kind": KIND, "recipe": type(recipe).__name__, "provenance": "python -m training.instances", **asdict(recipe)})
     from planners.builtin.text import MiniLM
 
     if args.eval_only:
