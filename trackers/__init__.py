@@ -1,8 +1,9 @@
 """Trackers behind one session API (``trackers.protocol``), and the rule that loads one by name.
 
 Backends: ``classic`` (OpenCV, no weights), ``sam2`` (transformers ``Sam2VideoModel``), ``sam3``
-(transformers SAM 3 video classes: a text prompt proposes every instance of a concept). A spec is a
-backend name or a checkpoint directory (its config.json says which).
+(transformers SAM 3 video classes: a text prompt proposes every instance of a concept), ``sam2-package``
+(Meta's ``sam2`` package, the optional ``sam2`` extra). A spec is a backend name or a checkpoint
+directory (its config.json says which; a ``sam2_package.json`` makes it a sam2 package checkpoint).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ BACKENDS = {
     "classic": "trackers.classic:ClassicTracker",
     "sam2": "trackers.hf_sam2:Sam2Tracker",
     "sam3": "trackers.hf_sam3:Sam3Tracker",
+    "sam2-package": "trackers.sam2_package:Sam2PackageTracker",
 }
 # a checkpoint's config.json "model_type" -> backend (video models only: "sam2" / "sam3" are the image
 # models, which cannot track; facebook/sam2.1-* are sam2_video, facebook/sam3 is sam3_video)
@@ -47,6 +49,11 @@ def load_tracker(spec: str = "classic", device: str | None = None, dtype: str | 
         if spec in BACKENDS:
             raise InputError("tracker", spec, f"{spec} needs a checkpoint: pass its directory (e.g. a downloaded facebook/sam2.1-hiera-tiny)")
         raise InputError("tracker", spec, f"no such directory; pass one of {sorted(BACKENDS)} or a checkpoint directory")
+    # imports sam2 only when it loads
+    from trackers.sam2_package import is_package_checkpoint
+
+    if is_package_checkpoint(path):
+        return backend_class("sam2-package").from_pretrained(path, device=device, dtype=dtype, **kwargs)
     try:
         config = json.loads((path / "config.json").read_text())
         model_type = config.get("model_type")
