@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml
 	# torch first, with plain pip: the pinned pair installs from the local wheel store
 	$(PIP) install -q torch==2.14.1 torchvision==0.29.1
 	$(PIP) install -q -e '.[app,test,decord]'
+	# the optional sam2 package (an sdist built against the torch above; no CUDA kernels): its tests skip without it
+	SAM2_BUILD_CUDA=0 $(PIP) install -q --no-build-isolation 'sam2==1.1.0' || echo "sam2 package not installed: its tracker tests will skip"
 	touch $(STAMP)
 
 install: $(STAMP)
