@@ -11,7 +11,7 @@ import pytest
 
 import trackers
 from core.errors import InputError
-from tracker_contract import H, T, W, TrackerContract, square_clip
+from tracker_contract import H, T, W, CountingSource, TrackerContract, square_clip
 from trackers.protocol import TrackedFrame
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -56,20 +56,6 @@ class TestSam2Contract(HFContract):
 
 class TestSam3Contract(HFContract):
     name = "sam3"
-
-
-class CountingSource:
-    """A frame source that records every request (to prove frames are read on demand)."""
-
-    def __init__(self, frames: np.ndarray):
-        self.frames, self.calls = frames, []
-
-    def __len__(self) -> int:
-        return len(self.frames)
-
-    def get_frames(self, indices) -> np.ndarray:
-        self.calls.append(list(indices))
-        return self.frames[list(indices)]
 
 
 def prompted_run(tracker, frames, masks, n: int = 6) -> list[TrackedFrame]:

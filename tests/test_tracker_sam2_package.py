@@ -14,7 +14,7 @@ import torch
 
 pytest.importorskip("sam2", reason="the optional sam2 extra: SAM2_BUILD_CUDA=0 pip install 'atelier[sam2]'")
 
-from tracker_contract import TrackerContract, square_clip
+from tracker_contract import CountingSource, TrackerContract, square_clip
 
 import trackers
 from core.errors import InputError, MissingDependencyError
@@ -95,20 +95,6 @@ class TestSam2PackageContract(TrackerContract):
 
     def check_backend_memory(self, session) -> None:
         check_state(session)
-
-
-class CountingSource:
-    """A frame source that records every request (to prove frames are read on demand)."""
-
-    def __init__(self, frames: np.ndarray):
-        self.frames, self.calls = frames, []
-
-    def __len__(self) -> int:
-        return len(self.frames)
-
-    def get_frames(self, indices) -> np.ndarray:
-        self.calls.append(list(indices))
-        return self.frames[list(indices)]
 
 
 def test_the_layout_loads_as_the_sam2_package_backend(tiny_dir):

@@ -120,3 +120,17 @@ class TrackerContract:
 
     def check_backend_memory(self, session) -> None:
         """Backends with state of their own (SAM 2's per-object outputs) assert it is pruned too."""
+
+
+class CountingSource:
+    """A frame source that records every request (to prove frames are read on demand)."""
+
+    def __init__(self, frames: np.ndarray):
+        self.frames, self.calls = frames, []
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def get_frames(self, indices) -> np.ndarray:
+        self.calls.append(list(indices))
+        return self.frames[list(indices)]

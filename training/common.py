@@ -203,3 +203,19 @@ def sec_per_step(history: list[dict]) -> float | None:
     """The loop's mean seconds per step, from the Trainer's last log record (None before any)."""
     rates = [h["sec_per_step"] for h in history if "sec_per_step" in h]
     return rates[-1] if rates else None
+
+
+def training_parser(prog: str, description: str, default_out: str) -> "argparse.ArgumentParser":
+    """The options every ``python -m training.X`` script shares: --out, --steps, --pool, --batch,
+    --tiny, --no-resume, --eval-only (a script adds its own)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--out", default=default_out)
+    ap.add_argument("--steps", type=int, help="total optimisation steps (the cosine schedule's length)")
+    ap.add_argument("--pool", type=int, help="TRAIN items generated for the run")
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--tiny", action="store_true", help="a tiny model and pool (smoke tests)")
+    ap.add_argument("--no-resume", action="store_true")
+    ap.add_argument("--eval-only", action="store_true", help="re-run the final evaluation of the model saved in --out")
+    return ap

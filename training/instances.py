@@ -16,7 +16,6 @@ TEST items at the end (``eval.json``, ``card.md``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import multiprocessing as mp
@@ -32,7 +31,7 @@ import torch.nn.functional as F
 from core.atomic import write_json_atomic
 from planners.builtin.instances import KIND, BuiltinInstanceReasoner, dilate, InstanceReasonerConfig, collate, subset_features, track_features
 from planners.counterfactual import Mark
-from training.common import load_recipe, run_recipe, sec_per_step
+from training.common import load_recipe, run_recipe, sec_per_step, training_parser
 from training.loop import Trainer, TrainConfig
 from worldgen.tasks import vrs
 from worldgen.tasks.base import split_seed
@@ -319,14 +318,7 @@ def final_eval(out: Path, recipe: InstanceRecipe, model, text, queries: dict, tr
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m training.instances", description="Train the built-in instance reasoner on worldgen vrs.")
-    ap.add_argument("--out", default="outputs/train/instances")
-    ap.add_argument("--steps", type=int)
-    ap.add_argument("--pool", type=int)
-    ap.add_argument("--batch", type=int)
-    ap.add_argument("--tiny", action="store_true", help="a tiny model and pool (smoke tests)")
-    ap.add_argument("--no-resume", action="store_true")
-    ap.add_argument("--eval-only", action="store_true", help="re-run the final evaluation of the model saved in --out")
+    ap = training_parser("python -m training.instances", "Train the built-in instance reasoner on worldgen vrs.", "outputs/train/instances")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     out = Path(args.out)

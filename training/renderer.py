@@ -19,7 +19,6 @@ the edited object against the source.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import time
@@ -49,7 +48,7 @@ from training.bernini_data import (
     edit_region,
     load_pools,
 )
-from training.common import design_notes, load_recipe, run_recipe, sec_per_step
+from training.common import design_notes, load_recipe, run_recipe, sec_per_step, training_parser
 from training.loop import TrainConfig, Trainer
 
 logger = logging.getLogger(__name__)
@@ -299,15 +298,8 @@ def check_out(out: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m training.renderer", description="Train the builtin Bernini renderer on worldgen with GT plans.")
-    ap.add_argument("--out", default="outputs/train/renderer")
-    ap.add_argument("--steps", type=int, help="total optimisation steps (the cosine schedule's length)")
+    ap = training_parser("python -m training.renderer", "Train the builtin Bernini renderer on worldgen with GT plans.", "outputs/train/renderer")
     ap.add_argument("--stop-at", type=int, help="stop at this step (checkpointed; resume later with the same --steps)")
-    ap.add_argument("--pool", type=int, help="TRAIN items per task")
-    ap.add_argument("--batch", type=int)
-    ap.add_argument("--tiny", action="store_true", help="a tiny model and pool (smoke tests)")
-    ap.add_argument("--no-resume", action="store_true")
-    ap.add_argument("--eval-only", action="store_true", help="re-run the final evaluation of the model saved in --out")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     out = check_out(Path(args.out))
