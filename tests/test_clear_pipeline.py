@@ -205,3 +205,15 @@ def test_the_heartbeat_asks_the_planner_again_and_a_changed_mind_escalates():
     fails = [e for e in out.events if e["kind"] == "HEARTBEAT_FAIL"]
     assert fails and all(e["action"] == "re-anchor" for e in fails) and planner.calls > 1
     assert out.planner_calls == planner.calls
+
+    class Uncounted:  # a planner that keeps no call count: each selection and heartbeat counts one
+        def __init__(self):
+            self.inner = OracleSelector(truth, sub_indices(len(frames)))
+
+        def select(self, frames, marks, query):
+            return self.inner.select(frames, marks, query)
+
+    uncounted = Uncounted()
+    pipe = ClearPipeline(ClearConfig(overlay=False, heartbeat_every=10), planner=uncounted, tracker=load_tracker("classic"), proposer=ColourProposer())
+    pipe.set_progress_bar_config(disable=True)
+    assert pipe(frames, query).planner_calls == uncounted.inner.calls > 1

@@ -319,6 +319,7 @@ class ClearPipeline(Pipeline):
         if self.config.monitor:
             def still_the_target(current: np.ndarray) -> bool:  # the heartbeat: the planner's choice with the track as it is now
                 marks = [Mark(c.id, (current if i == j else tracks[i])[sub]) for i, c in enumerate(cands)]
+                self._selections += 1
                 return self.planner.select(frames, marks, query).number == sel.number
 
             target, events, modes = self.watch(source, starts[j], cands, j, tracks, presence[j], target, still_the_target)
