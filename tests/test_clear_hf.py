@@ -29,8 +29,10 @@ def two_squares(t_len: int = 8):
 
 class TestClearHFContract(PipelineTesterMixin):
     pipeline_class = ClearPipeline
-    # target id, pixels of the target on frames 0 and 4, events, anchor (computed once, then frozen)
-    expected_slice = [5.0, 2269.0, 2226.0, 15.0, 2.0]
+    # Random SAM logits sit near 0 and a random VLM's choice is near uniform (0.16-0.17 each), so the
+    # target, its pixels and the events flip with float noise between machines: the golden here is what
+    # does not (anchor frame, frames, a target chosen); test_clear_contract.py holds the exact golden.
+    expected_slice = [2.0, 8.0, 1.0]
     bad_inputs = (({"query": ""}, "query"),)
 
     @pytest.fixture(autouse=True)
@@ -49,10 +51,17 @@ class TestClearHFContract(PipelineTesterMixin):
         return {"video": two_squares(), "query": "the red square", "generator": seed}
 
     def output_slice(self, out):
-        if out.no_match:
-            return np.array([-1.0, out.anchor_frame])
-        pixels = (out.masks > 0).reshape(len(out.masks), -1).sum(1)[::4]
-        return np.concatenate([[out.target_id], pixels, [len(out.events), out.anchor_frame]]).astype(np.float64)
+        return np.array([out.anchor_frame, len(out.masks), float(not out.no_match)])
+
+    def test_reload_and_rerun_give_identical_masks_and_events(self, tmp_path):
+        pipe = self.make_pipeline()
+        first = pipe(**self.get_dummy_inputs())
+        pipe.save_pretrained(tmp_path / "p")
+        loaded = ClearPipeline.from_pretrained(tmp_path / "p")
+        loaded.set_progress_bar_config(disable=True)
+        for out in (pipe(**self.get_dummy_inputs()), loaded(**self.get_dummy_inputs())):
+            np.testing.assert_array_equal(out.masks, first.masks)
+            assert out.events == first.events and out.target_id == first.target_id
 
     def test_saved_components_reload_with_their_settings(self, tmp_path):
         pipe = self.make_pipeline()
