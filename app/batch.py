@@ -271,8 +271,8 @@ def _owned(folder: Path) -> bool:
         written = json.loads(marker.read_text()).get("files")
     except (OSError, ValueError, AttributeError):
         return False
-    if written is None:  # a .partial folder of an unfinished run: all of it is the runner's scratch
-        return True
+    if written is None:  # only a .partial folder of an unfinished run is wholly the runner's scratch
+        return folder.name.startswith(PARTIAL)
     return set(_relative_files(folder)) <= set(written) | {ITEM_MARKER}
 
 

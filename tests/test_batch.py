@@ -169,9 +169,13 @@ def test_batch_never_deletes_what_it_did_not_write(tmp_path, step_calls):
     (out / ".partial-x" / "y.txt").write_text("also mine")
     (out / ".partial-old").mkdir()
     (out / ".partial-old" / ITEM_MARKER).write_text("{}")  # a crashed run's own leftovers
-    man = _manifest(tmp_path / "m.jsonl", [{"id": i, "verb": "test.step", "args": {"n": n}} for n, i in enumerate(["Documents", "x", "ok"])])
+    (out / "copied").mkdir()
+    (out / "copied" / ITEM_MARKER).write_text("{}")  # a marker with no file list outside .partial: not scratch
+    (out / "copied" / "keep.txt").write_text("a user's")
+    man = _manifest(tmp_path / "m.jsonl", [{"id": i, "verb": "test.step", "args": {"n": n}} for n, i in enumerate(["Documents", "x", "ok", "copied"])])
     s = run_batch(man, out, progress=False)
-    assert (s.ok, s.failed) == (1, 2) and step_calls == [2]  # the refused items never computed
+    assert (s.ok, s.failed) == (1, 3) and step_calls == [2]  # the refused items never computed
+    assert (out / "copied" / "keep.txt").read_text() == "a user's"
     errors = {r["id"]: r.get("error") for r in _status(out)}
     assert "Documents: exists and was not written by atelier batch (move it or choose another -o)" in errors["Documents"]
     assert ".partial-x: exists and was not written by atelier batch" in errors["x"]
