@@ -256,11 +256,9 @@ class HFPlannerBackbone(nn.Module):
         return cls(vlm.model, vlm.processor)
 
     def save_pretrained(self, directory: str | Path) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(directory)
-        self.processor.save_pretrained(directory)
-        return directory
+        from planners.hf import HFVisionLanguageModel
+
+        return HFVisionLanguageModel(self.model, self.processor).save_pretrained(directory)
 
     def encode_text(self, text: str) -> list[int]:
         if not isinstance(text, str):
