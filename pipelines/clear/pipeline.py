@@ -151,6 +151,11 @@ def appearance(frame: np.ndarray, mask: np.ndarray, bins: int = 4) -> np.ndarray
     return h / np.linalg.norm(h)
 
 
+def _on_any(mask: np.ndarray, others: list[np.ndarray]) -> bool:
+    """Whether ``mask`` coincides (IoU > 0.5) with any of ``others``."""
+    return any(mask_iou(mask, o) > 0.5 for o in others)
+
+
 def distinct_tracks(masks: np.ndarray, iou: float, share: float = 0.8, max_frames: int = 64) -> list[int]:
     """Indices of the tracks ``(N, T, H, W)`` to keep: a track that coincides (IoU > ``iou``) with
     an earlier one on at least ``share`` of the frames where either is present is a duplicate (two
@@ -448,13 +453,8 @@ class ClearPipeline(Pipeline):
         with the last confirmed mask and its distance from the prediction [PROPOSED weights]; the
         best wins, and with no option left the target is lost."""
         fit = self._fit(rgb, concept, monitor, frame_idx, last)
-
-        def taken(mask: np.ndarray) -> bool:
-            return any(mask_iou(mask, o) > 0.5 for o in others)
-
-        options = [("keep", current)] if current.any() and not taken(current) else []
-        options += [("switch", c.mask) for c in self.propose(rgb)
-                    if mask_iou(c.mask, current) <= 0.5 and not taken(c.mask) and concept.score(appearance(rgb, c.mask)) > 0]
+        options = [("keep", current)] if current.any() and not _on_any(current, others) else []
+        options += [("switch", m) for m in self._target_like(rgb, concept, others) if mask_iou(m, current) <= 0.5]
         scored = [(kind, mask, *fit(mask)) for kind, mask in options]
         scored = [o for o in scored if o[3] is None or o[3] <= self.config.lost_gate]
         if not scored:
@@ -470,13 +470,16 @@ class ClearPipeline(Pipeline):
         gate = self.config.lost_gate + self.config.lost_gate_growth * frames_lost
         fit = self._fit(rgb, concept, monitor, frame_idx, None)
         best, best_score = None, -np.inf
-        for c in self.propose(rgb):
-            if any(mask_iou(c.mask, o) > 0.5 for o in others) or concept.score(appearance(rgb, c.mask)) <= 0:
-                continue
-            score, distance = fit(c.mask)
+        for mask in self._target_like(rgb, concept, others):
+            score, distance = fit(mask)
             if (distance is None or distance <= gate) and score > best_score:
-                best, best_score = c.mask, score
+                best, best_score = mask, score
         return best
+
+    def _target_like(self, rgb: np.ndarray, concept: ConceptDictionary, others: list[np.ndarray]) -> list[np.ndarray]:
+        """This frame's proposals that sit on no other candidate's track (that object has its own) and
+        look more like the target than like a distractor."""
+        return [c.mask for c in self.propose(rgb) if not _on_any(c.mask, others) and concept.score(appearance(rgb, c.mask)) > 0]
 
     def retrack(self, source, start: int, mask: np.ndarray, reverse: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """A fresh session prompted with ``mask`` at ``start``, propagated to the end (or back to the
