@@ -414,6 +414,7 @@ class BuiltinRenderer(nn.Module):
     """Bernini's builtin renderer (see the module docstring). ``generate`` returns uint8 frames."""
 
     backend = "builtin"
+    plan_input = "tokens"  # it decodes the planner's ViT tokens, spatially aligned
 
     def __init__(self, config: BuiltinRendererConfig | None = None):
         super().__init__()
@@ -666,16 +667,21 @@ class BuiltinRenderer(nn.Module):
     def _resolve_guidance(self, guidance: Any, has_plan: bool, has_text: bool, has_video: bool, has_refs: bool) -> GuidanceScales | None:
         if guidance is None:
             return None
+        scale = float(self.config.guidance_scale)
+        if isinstance(guidance, numbers.Real) and not isinstance(guidance, bool):  # "auto" at this scale
+            if not math.isfinite(guidance) or guidance < 0:
+                raise InputError("guidance", guidance, "use a finite scale >= 0")
+            guidance, scale = "auto", float(guidance)
         if isinstance(guidance, str):
             if guidance != "auto":
-                raise InputError("guidance", guidance, "use 'auto', a renderers.guidance.GuidanceScales or None")
+                raise InputError("guidance", guidance, "use 'auto', a scale, a renderers.guidance.GuidanceScales or None")
             # [PROPOSED] one scale between the base (nothing) and the fully conditioned prediction: the
             # cascade with only its top active rung non-zero, two forwards per step.
             top = "plan" if has_plan else "text" if has_text else "image" if (has_video or has_refs) else None
             if top is None:
                 return None
             scales = {"video": 0.0, "image": 0.0, "text": 0.0, "plan": 0.0}
-            scales[top] = float(self.config.guidance_scale)
+            scales[top] = scale
             return GuidanceScales(**scales, omega_scale=1.0)
         if not isinstance(guidance, GuidanceScales):
             raise InputError("guidance", guidance, "use 'auto', a renderers.guidance.GuidanceScales or None")
@@ -727,7 +733,7 @@ class BuiltinRenderer(nn.Module):
         at most one source video ``(num_frames, H, W, 3)`` (v2v; its length is the default ``num_frames``)
         and at most ``max_references`` reference images ``(H, W, 3)`` (r2v), uint8 at the clip's size.
         ``guidance``: "auto" (one scale, ``config.guidance_scale``, between the base and the fully
-        conditioned prediction), a ``GuidanceScales`` for the whole cascade, or None (one conditional
+        conditioned prediction), a number (the same at that scale), a ``GuidanceScales`` for the whole cascade, or None (one conditional
         forward per step). ``callback(step, info)`` gets ``timestep``, ``sigma``, ``latents`` and
         ``denoised`` (the current clean-clip estimate, tokens) after each step. Noise comes from
         ``generator`` alone. Returns uint8 ``(num_frames, height, width, 3)``, or tokens ``(1, F, N, P)``.

@@ -274,6 +274,9 @@ class WanRenderer:
     diffusers' Wan pipelines keep it.
     """
 
+    backend = "hf"
+    plan_input = "contexts"  # it reads the planner's for_gen contexts (PlanContexts), not tokens
+
     def __init__(self, transformer: WanTransformer3DModel, vae: AutoencoderKLWan, scheduler: Any = None,
                  text_encoder: Any = None, tokenizer: Any = None, transformer_2: WanTransformer3DModel | None = None,
                  config: RendererConfig | None = None) -> None:

@@ -71,6 +71,9 @@ class RendererRecipe:
     p_drop_plan: float = 0.1
     p_drop_sources: float = 0.1
     p_drop_all: float = 0.05
+    # [PROPOSED] Gaussian noise on the plan, std ~ U(0, plan_noise) per clip (the tokens' RMS is ~1): the
+    # planner's tokens are never the ViT's exact ones, so the renderer learns to decode near-misses too
+    plan_noise: float = 0.0
     val_items: int = 4  # VAL items per task rendered at each periodic evaluation
     test_items: int = 40  # TEST items per task in the final evaluation
     text_only_items: int = 20  # of those, rendered again without the plan (0: skip)
@@ -139,7 +142,11 @@ class Batches:
         keep_plan = (rng.random(b) >= r.p_drop_plan) & ~drop_all
         keep_src = (rng.random(b) >= r.p_drop_sources) & ~drop_all
         text, text_mask = pad_text([self.texts[pool.text[i]] for i in idx])
-        cond = Conditions(plan=torch.from_numpy(pool.plan[idx].astype(np.float32)), plan_mask=torch.from_numpy(keep_plan),
+        plan = pool.plan[idx].astype(np.float32)
+        if r.plan_noise > 0:
+            std = rng.uniform(0, r.plan_noise, size=(b, 1, 1, 1, 1)).astype(np.float32)
+            plan = plan + std * rng.standard_normal(plan.shape, dtype=np.float32)
+        cond = Conditions(plan=torch.from_numpy(plan), plan_mask=torch.from_numpy(keep_plan),
                           text=text, text_mask=text_mask & torch.from_numpy(keep_text)[:, None])
         if pool.source is not None:
             cond.source = patchify(frames_to_tensor(pool.source[idx]), p)
@@ -240,7 +247,7 @@ cross-attention and the source clip (v2v) or reference images (r2v) in context.
   apart from the planner).
 - {ev.get('steps')} of {t.steps} steps, batch {recipe.batch}, task mix {recipe.mix}, AdamW lr {t.lr}, warmup {t.warmup} + cosine,
   EMA {t.ema}; condition dropout text {recipe.p_drop_text}, plan {recipe.p_drop_plan}, sources {recipe.p_drop_sources},
-  all {recipe.p_drop_all}. {ev.get('train_minutes')} min, {ev.get('sec_per_step')} s/step on {t.threads} CPU thread(s).
+  all {recipe.p_drop_all}; plan noise std up to {recipe.plan_noise}. {ev.get('train_minutes')} min, {ev.get('sec_per_step')} s/step on {t.threads} CPU thread(s).
   Weights {size_mb:.1f} MB.
 
 ## Measured (TEST split, first {recipe.test_items} items per task; {ev.get('sampling')})

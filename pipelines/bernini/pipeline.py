@@ -1,0 +1,378 @@
+"""BerniniPipeline: video generation and editing through a semantic plan in ViT space (specs/bernini.md).
+
+check inputs -> task -> sources (sampled, resized) -> plan (the planner's MaskGIT loop over the target's
+ViT tokens, optional chain of thought) -> render (the renderer's guided flow sampling with the sources
+in context and the plan) -> output:
+
+    pipe = BerniniPipeline.build(components={"planner": "builtin", "renderer": "builtin", "encoder": "builtin"})
+    out = pipe("a red star bouncing to the left", generator=0)            # t2v
+    out = pipe("make the blue square green", video="clip.mp4")            # v2v
+    out.video, out.plan_tokens, out.plan_picture(), out.cot_text, out.seed
+
+Slots: ``planner`` (a ``SemanticPlanner``; optional: without it, or with ``plan=False``, the renderer
+works from the text alone, which is what the public Bernini-R release is), ``renderer`` (the builtin
+pixel-patch DiT, which decodes plan tokens, or ``WanRenderer``, which reads the planner's contexts:
+``plan_input``), ``encoder`` (optional: how the builtin planner reads prompts and sources, the builtin
+ViT + MiniLM; a Qwen2.5-VL planner encodes its own). Settings left at None take the task's default
+(``tasks.py``: the official tables for hf, the models' own configs for builtin).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from core.errors import InputError
+from core.memory import check_allocation
+from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, make_generator, output_field, setting
+from pipelines.bernini.tasks import HF_DEFAULTS, MAX_REFERENCES, TASKS, infer_task
+
+MAX_PROMPT_CHARS = 2000
+MAX_SOURCE_FRAMES = 241
+
+
+@runtime_checkable
+class Renderer(Protocol):
+    """What the renderer slot needs: ``generate`` a clip (``plan_input`` says what plan it reads)."""
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+@runtime_checkable
+class Planner(Protocol):
+    """What the planner slot needs: ``plan`` the target's ViT tokens."""
+
+    def plan(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+@dataclass
+class BerniniConfig(PipelineConfig):
+    """Settings of a Bernini call; None takes the task's default (``pipelines.bernini.tasks``)."""
+
+    task: str = setting("auto", help="what to do: auto (from the inputs), t2v, t2i, i2v, v2v (edit a video), r2v (references), rv2v",
+                        choices=("auto", *TASKS))
+    plan: bool = setting(True, help="plan the target in ViT space first (off: the renderer alone, from the text)")
+    cot: bool = setting(True, help="let the planner write its chain of thought before the plan, if it was trained to (off: skip it)")
+    num_frames: int | None = setting(None, help="frames of the output (None: the task's default; Wan needs 4k+1)", range=(1, MAX_SOURCE_FRAMES))
+    height: int | None = setting(None, help="output height in pixels (None: the renderer's default)", range=(16, 1280))
+    width: int | None = setting(None, help="output width in pixels (None: the renderer's default)", range=(16, 1280))
+    steps: int | None = setting(None, help="renderer sampling steps (None: builtin 12, hf 40)", range=(1, 200))
+    planning_steps: int | None = setting(None, help="MaskGIT reveal steps of the planner (None: the task's default)", range=(1, 200))
+    denoising_steps: int | None = setting(None, help="flow-head Euler steps per revealed token (None: the task's default)", range=(1, 50))
+    plan_text_cfg: float | None = setting(None, help="planner guidance on the instruction (None: the task's default; 1 = none)", range=(0.0, 20.0))
+    plan_image_cfg: float | None = setting(None, help="planner guidance on the sources (None: the task's default; 1 = none)", range=(0.0, 20.0))
+    guidance_scale: float | None = setting(None, help="builtin renderer: one guidance scale, fully conditioned vs nothing (None: its config's)", range=(0.0, 20.0))
+    omega_video: float | None = setting(None, help="hf renderer: guidance on the source video (None: the task's table)", range=(0.0, 20.0))
+    omega_image: float | None = setting(None, help="hf renderer: guidance on all sources (None: the task's table)", range=(0.0, 20.0))
+    omega_text: float | None = setting(None, help="hf renderer: guidance on the text (None: the task's table)", range=(0.0, 20.0))
+    omega_plan: float | None = setting(None, help="hf renderer: guidance on the plan (None: the task's table)", range=(0.0, 20.0))
+    apg: str = setting("auto", help="hf renderer: adaptive projected guidance (auto: the task's table, on for rv2v)", choices=("auto", "on", "off"))
+    flow_shift: float | None = setting(None, help="hf renderer: the sampler's flow shift (None: 5.0)", range=(0.01, 100.0))
+    negative_prompt: str = setting("", help="what the text guidance steers away from (empty: nothing)")
+    tiling: bool = setting(False, help="hf renderer: decode the VAE in tiles (less memory at large sizes)")
+    cpu_offload: bool = setting(False, help="hf renderer: keep each model on the CPU until it runs (less GPU memory, slower)")
+
+    def __post_init__(self):
+        self.check_fields()
+
+
+@dataclass(repr=False)
+class BerniniOutput(PipelineOutput):
+    """One generated or edited clip: ``video`` uint8 ``(T, H, W, 3)``, ``plan_tokens`` the planned target
+    ViT tokens ``(T', h, w, D)`` (None without a plan), ``cot_text``, the task, the prompt, the seed the
+    noise came from and the resolved settings (``config``)."""
+
+    prompt: str
+    task: str
+    seed: int | None
+    cot_text: str | None
+    seconds: dict
+    fps: float
+    video: np.ndarray = output_field("video")
+    plan_tokens: np.ndarray | None = output_field("npy", default=None)
+    plan_frames: list[int] | None = None  # the output frames the plan tokens describe (builtin), else None
+
+    def plan_picture(self) -> np.ndarray | None:
+        """The plan tokens' three principal components as colours, per plan frame, above the output."""
+        from pipelines.bernini.viz import plan_picture
+
+        return None if self.plan_tokens is None else plan_picture(self.plan_tokens, self.video, self.plan_frames)
+
+    def pictures(self) -> dict[str, np.ndarray | None]:
+        return {"plan": self.plan_picture(), "frames": _frame_sheet(self.video)}
+
+    def summary(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, "task": self.task, "frames": int(len(self.video)),
+                "size": [int(self.video.shape[1]), int(self.video.shape[2])], "seed": self.seed,
+                "planned": self.plan_tokens is not None,
+                "plan_grid": None if self.plan_tokens is None else [int(n) for n in self.plan_tokens.shape[:3]],
+                "cot": self.cot_text, "fps": self.fps, "seconds": {k: round(float(v), 3) for k, v in self.seconds.items()},
+                "config": self.config}
+
+    def __str__(self) -> str:
+        s = self.summary()
+        plan = f"plan {tuple(s['plan_grid'])}" if s["planned"] else "no plan"
+        return f"{s['task']}: {s['frames']} frames {s['size'][0]}x{s['size'][1]}, {plan}, seed {s['seed']}, {s['seconds']['total']:.1f} s"
+
+
+def _frame_sheet(video: np.ndarray, columns: int = 8) -> np.ndarray:
+    from core.overlay import contact_sheet
+    from core.frames import resize_frames
+
+    n = len(video)
+    pick = sorted({int(i) for i in np.linspace(0, n - 1, min(n, columns))})
+    frames = video[pick]
+    if frames.shape[1] < 128:  # a 64-pixel clip is too small to read
+        scale = 128 // frames.shape[1] + (128 % frames.shape[1] > 0)
+        frames = resize_frames(frames, (frames.shape[1] * scale, frames.shape[2] * scale), "nearest")
+    return contact_sheet(frames, columns=columns, labels=[f"frame {i}" for i in pick])
+
+
+def _seed_of(generator: torch.Generator | None, given: Any) -> tuple[torch.Generator, int]:
+    """The generator to draw from and the seed that reproduces it (a fresh random one when none is given)."""
+    if generator is None:
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+        return torch.Generator().manual_seed(seed), seed
+    return generator, int(given) if isinstance(given, (int, np.integer)) else int(generator.initial_seed())
+
+
+class BerniniPipeline(Pipeline):
+    component_specs = {
+        "planner": ComponentSpec(Planner, "planners.semantic.loading:load_planner", optional=True,
+                                 help="semantic planner: 'builtin' or a Bernini planner folder (empty: render from the text alone)"),
+        "renderer": ComponentSpec(Renderer, "renderers.loading:load_renderer",
+                                  help="renderer: 'builtin' or a Bernini-R / Wan diffusers folder"),
+        "encoder": ComponentSpec(None, "planners.semantic.loading:load_plan_encoder", optional=True,
+                                 help="how the builtin planner reads prompts and sources ('builtin'; a Qwen-VL planner needs none)"),
+    }
+    config_class = BerniniConfig
+
+    # ---- checks
+
+    @property
+    def backend(self) -> str:
+        return "builtin" if getattr(self.renderer, "plan_input", "tokens") == "tokens" else "hf"
+
+    def check_inputs(self, prompt: Any, references: Sequence[Any]) -> None:
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InputError("prompt", prompt, "describe the clip (t2v) or the edit (v2v), e.g. 'a red star bouncing to the left'")
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise InputError("prompt", f"{len(prompt)} characters", f"use at most {MAX_PROMPT_CHARS}")
+        if isinstance(references, (str, Path, np.ndarray)) or not isinstance(references, Sequence):
+            raise InputError("references", type(references).__name__, "pass a list of image paths or uint8 (H, W, 3) arrays")
+        if len(references) > MAX_REFERENCES:
+            raise InputError("references", f"{len(references)} images", f"give 1 to {MAX_REFERENCES} reference images")
+
+    def _geometry(self, task: str) -> tuple[int, int, int]:
+        """(num_frames, height, width) of the output: the settings, else the task's default (a source clip is
+        sampled to it), checked against what the renderer takes."""
+        c = self.config
+        if self.backend == "builtin":
+            rc = self.renderer.config
+            frames, height, width = rc.num_frames, rc.image_size, rc.image_size
+        else:
+            d = HF_DEFAULTS[task]
+            frames, height, width = d.num_frames, d.height, d.width
+        frames = c.num_frames or frames
+        if task == "t2i" and self.backend == "hf":
+            frames = 1
+        height, width = c.height or height, c.width or width
+        if self.backend == "builtin":
+            p = self.renderer.config.patch
+            for name, v in (("height", height), ("width", width)):
+                if v % p:
+                    raise InputError(name, v, f"the builtin renderer takes multiples of {p} pixels (it was trained at 64)")
+            if task == "t2i":
+                frames = max(frames, self.renderer.config.plan_frames)
+        else:
+            self.renderer.check_inputs(height, width, frames)
+        check_allocation("num_frames", frames, frames * height * width * 3 * 8, "ask for fewer frames or a smaller size")
+        return int(frames), int(height), int(width)
+
+    # ---- sources
+
+    @staticmethod
+    def _image(value: Any, name: str, size: tuple[int, int]) -> np.ndarray:
+        from core.frames import resize_frames
+        from core.video import Video
+
+        if isinstance(value, np.ndarray):
+            if value.dtype != np.uint8 or value.ndim != 3 or value.shape[-1] != 3:
+                raise InputError(name, getattr(value, "shape", value), "pass a uint8 RGB image (H, W, 3)")
+            frame = value
+        elif isinstance(value, (str, Path)):
+            with Video(value) as v:
+                frame = np.asarray(v.get_frames([0]))[0]
+        else:
+            raise InputError(name, type(value).__name__, "pass an image path or a uint8 (H, W, 3) array")
+        return resize_frames(frame[None], size)[0]
+
+    @staticmethod
+    def _video(value: Any, frames: int | None, size: tuple[int, int] | None) -> np.ndarray:
+        """``frames`` frames sampled evenly over the source (all when None, at most MAX_SOURCE_FRAMES), resized."""
+        from core.frames import resize_frames
+        from core.video import Video
+
+        if isinstance(value, np.ndarray) and (value.dtype != np.uint8 or value.ndim != 4 or value.shape[-1] != 3):
+            raise InputError("video", getattr(value, "shape", value), "pass a uint8 RGB clip (T, H, W, 3) or a video path")
+        with Video(value) as v:
+            n = len(v)
+            k = min(n, frames or n, MAX_SOURCE_FRAMES)
+            if size is not None:
+                check_allocation("video", f"{k} frames", k * (v.info.height * v.info.width + size[0] * size[1]) * 3,
+                                 "pass a shorter clip or fewer num_frames")
+            idx = [int(i) for i in np.linspace(0, n - 1, k).round()]
+            clip = np.asarray(v.get_frames(idx))
+        if frames is not None and len(clip) < frames:  # a short source is held on its last frame
+            clip = np.concatenate([clip, np.repeat(clip[-1:], frames - len(clip), 0)])
+        return clip if size is None else resize_frames(clip, size)
+
+    # ---- the call
+
+    def __call__(self, prompt: str, *, video: Any = None, image: Any = None, references: Sequence[Any] = (),
+                 generator: Any = None, callback_on_step_end: Callable | None = None, output_type: str = "np") -> BerniniOutput:
+        """Generate (t2v / t2i / i2v / r2v) or edit (v2v / rv2v) a clip.
+
+        ``video``: the clip to edit (path or uint8 array); ``image``: i2v's first frame; ``references``: 1-5
+        images (paths or arrays). ``generator``: a seed or ``torch.Generator``, the only randomness (a fresh
+        seed is drawn and reported when None). ``callback_on_step_end(pipe, step, info)`` runs after every
+        planning and rendering step (``info["stage"]`` is "plan" or "render"); ``interrupt()`` stops there.
+        """
+        self._begin_call()
+        self._step = 0  # one count over both stages: planning steps, then rendering steps
+        t0 = time.perf_counter()
+        gen, seed = _seed_of(make_generator(generator), generator)
+        self.check_inputs(prompt, references)
+        task = infer_task(self.config.task, video is not None, image is not None, len(references))
+        frames, height, width = self._geometry(task)
+        size = (height, width)
+        source_video = self._video(video, frames, size) if video is not None else None
+        refs = [self._image(r, f"references[{i}]", size) for i, r in enumerate(references)]
+        first = self._image(image, "image", size) if image is not None else None
+        sources = ([source_video] if source_video is not None else []) + ([first] if first is not None else []) + refs
+        t_in = time.perf_counter()
+
+        plan_out = None
+        if self.config.plan and self.planner is not None:
+            plan_out = self._plan(prompt, task, sources, frames, height, width, gen, callback_on_step_end)
+        t_plan = time.perf_counter()
+        clip, settings = self._render(prompt, task, sources, plan_out, frames, height, width, gen, callback_on_step_end)
+        if task == "t2i":
+            clip = clip[:1]
+        t_end = time.perf_counter()
+        tokens = None if plan_out is None else plan_out.tokens.float().cpu().numpy()
+        plan_frames = None
+        if plan_out is not None and self.backend == "builtin":
+            from renderers.builtin import plan_frame_indices
+
+            plan_frames = [i for i in plan_frame_indices(frames, tokens.shape[0]) if i < len(clip)]
+        config = {**dataclasses.asdict(self.config), "task": task, "num_frames": len(clip), "height": height, "width": width, **settings}
+        out = BerniniOutput(prompt=prompt, task=task, seed=seed, cot_text=None if plan_out is None else plan_out.cot_text,
+                            config=config, fps=12.0 if self.backend == "builtin" else 16.0, seconds={"inputs": t_in - t0, "plan": t_plan - t_in, "render": t_end - t_plan, "total": t_end - t0},
+                            video=clip, plan_tokens=tokens, plan_frames=plan_frames)
+        return out.convert(output_type)
+
+    def _plan(self, prompt: str, task: str, sources: list[np.ndarray], frames: int, height: int, width: int,
+              gen: torch.Generator, callback: Callable | None):
+        from planners.semantic import PlanRequest
+
+        c, pc = self.config, self.planner.config
+        encode = self.encoder.encode_visual if self.encoder is not None else getattr(self.planner.backbone, "encode_visual", None)
+        if sources and encode is None:
+            raise InputError("encoder", None, "this planner reads sources through an encoder: pass encoder='builtin'")
+        visual = [encode(s, "video" if s.ndim == 4 else "image") for s in sources]
+        if pc.text_embed_dim:
+            if self.encoder is None or not hasattr(self.encoder, "encode_prompt"):
+                raise InputError("encoder", None, "this planner reads prompts as text states: pass encoder='builtin'")
+            embeds = self.encoder.encode_prompt(prompt)
+            neg = self.encoder.encode_prompt(c.negative_prompt) if c.negative_prompt.strip() else None
+            request = PlanRequest(prompt_embeds=embeds, negative_prompt_embeds=neg, sources=visual, task=task)
+        else:
+            request = PlanRequest(prompt=prompt, negative_prompt=c.negative_prompt or None, sources=visual, task=task)
+        if self.backend == "builtin":
+            rc = self.renderer.config
+            grid = (min(rc.plan_frames, frames), height // rc.plan_patch, width // rc.plan_patch)
+        else:
+            from planners.semantic.layout import target_grid
+
+            grid = target_grid(max(frames, 2), height, width)
+        d = HF_DEFAULTS[task] if self.backend == "hf" else None
+        steps = c.planning_steps or (d.planning_steps if d else None)
+        denoise = c.denoising_steps or (d.denoising_steps if d else None)
+        txt = c.plan_text_cfg if c.plan_text_cfg is not None else (d.txt_cfg if d else None)
+        img = c.plan_image_cfg if c.plan_image_cfg is not None else (d.img_cfg if d else None)
+        total = steps or pc.planning_steps
+        bar = self.progress_bar(total=total, desc="plan")
+
+        def on_step(step: int, info: dict) -> None:
+            bar.update(1)
+            self._step += 1
+            self.step_end(callback, self._step - 1, {"stage": "plan", "stage_step": step, "num_steps": total, **info})
+
+        try:
+            return self.planner.plan(request, grid=grid, steps=steps, denoising_steps=denoise, txt_cfg=txt, img_cfg=img,
+                                     cot=c.cot and pc.cot, generator=gen, callback=on_step)
+        finally:
+            bar.close()
+
+    def _render(self, prompt: str, task: str, sources: list[np.ndarray], plan_out: Any, frames: int, height: int, width: int,
+                gen: torch.Generator, callback: Callable | None) -> tuple[np.ndarray, dict]:
+        c = self.config
+        if self.backend == "builtin":
+            steps = c.steps or self.renderer.config.steps
+            guidance = c.guidance_scale if c.guidance_scale is not None else "auto"
+            settings = {"steps": steps, "guidance_scale": c.guidance_scale if c.guidance_scale is not None else self.renderer.config.guidance_scale}
+            kwargs = dict(plan=None if plan_out is None else plan_out.tokens, text=prompt, sources=sources, num_frames=frames,
+                          height=height, width=width, steps=steps, guidance=guidance)
+        else:
+            from renderers.guidance import APG
+            from renderers.hf_wan import PlanContexts
+
+            d = HF_DEFAULTS[task]
+            g = d.guidance
+            scales = dataclasses.replace(g, video=_pick(c.omega_video, g.video), image=_pick(c.omega_image, g.image),
+                                         text=_pick(c.omega_text, g.text), plan=_pick(c.omega_plan, g.plan))
+            apg = d.apg if c.apg == "auto" else c.apg == "on"
+            steps = c.steps or d.steps
+            shift = _pick(c.flow_shift, d.flow_shift)
+            plan = None
+            if plan_out is not None:
+                if plan_out.contexts is None:
+                    raise InputError("planner", type(self.planner).__name__, "this planner has no renderer contexts (context_dim); "
+                                                                            "the Wan renderer reads those, not tokens")
+                plan = PlanContexts(*plan_out.contexts)
+            if c.tiling and hasattr(self.renderer, "enable_tiling"):
+                self.renderer.enable_tiling()
+            if c.cpu_offload and hasattr(self.renderer, "enable_model_cpu_offload"):
+                self.renderer.enable_model_cpu_offload()
+            settings = {"steps": steps, "flow_shift": shift, "apg": apg, "guidance": dataclasses.asdict(scales)}
+            kwargs = dict(prompt=prompt, negative_prompt=c.negative_prompt, sources=sources, plan=plan, height=height, width=width,
+                          num_frames=frames, num_inference_steps=steps, guidance=scales, apg=APG() if apg else None, flow_shift=shift)
+        bar = self.progress_bar(total=steps, desc="render")
+
+        decode = getattr(self.renderer, "decode_tokens", None) if self.backend == "builtin" else None
+
+        def on_step(step: int, info: dict) -> None:
+            bar.update(1)
+            self._step += 1
+            if callback is not None and decode is not None and info.get("denoised") is not None:
+                # the current clean-clip estimate: a picture a web tab can show while it renders
+                info = {**info, "preview": _frame_sheet(decode(info["denoised"][0], height, width), columns=4)}
+            self.step_end(callback, self._step - 1, {"stage": "render", "stage_step": step, "num_steps": steps, **info})
+
+        try:
+            clip = self.renderer.generate(**kwargs, generator=gen, callback=on_step)
+        finally:
+            bar.close()
+        return np.asarray(clip), settings
+
+
+def _pick(value: Any, default: Any) -> Any:
+    return default if value is None else value

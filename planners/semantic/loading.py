@@ -1,0 +1,67 @@
+"""Loaders of Bernini's planner slots: ``load_planner`` and ``load_plan_encoder``.
+
+    load_planner("builtin")                     # weights/builtin/planner
+    load_planner("/models/Bernini-Diffusers")   # its planner/ folder
+    load_planner("/runs/planner")               # a folder written by SemanticPlanner.save_pretrained
+    load_plan_encoder("builtin")                # the builtin ViT + MiniLM (planners.semantic.encoder)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from core.errors import InputError
+
+PLANNER_DIR = Path(__file__).resolve().parents[2] / "weights" / "builtin" / "planner"
+
+
+def _model_of(path: Path) -> Any:
+    try:
+        raw = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def load_planner(spec: str | Path = "builtin", device: Any = None, dtype: Any = None, trust_remote_code: bool = False,
+                 **_: Any) -> Any:
+    """A ``SemanticPlanner`` for ``spec``: ``builtin``, a saved planner folder, or a Bernini release folder
+    holding one in ``planner/`` [PROPOSED: where Bernini-Diffusers keeps its planner was not retrieved]."""
+    from planners.semantic.planner import MODEL_NAME, SemanticPlanner
+
+    if not isinstance(spec, (str, Path)) or not str(spec).strip():
+        raise InputError("planner", spec, "pass 'builtin' or a planner folder")
+    if str(spec) == "builtin":
+        if not (PLANNER_DIR / "model.safetensors").is_file():
+            raise InputError("planner", "builtin", "the builtin planner's weights are missing from weights/builtin/planner; "
+                                                   "restore them from git or train them with `make weights`")
+        return SemanticPlanner.from_pretrained(PLANNER_DIR, device=device, dtype=dtype)
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        raise InputError("planner", str(spec), "no such folder; pass 'builtin' or a planner folder")
+    for candidate in (path, path / "planner"):
+        cfg = _model_of(candidate)
+        if cfg is not None and cfg.get("model") == MODEL_NAME:
+            return SemanticPlanner.from_pretrained(candidate, device=device, dtype=dtype)
+    cfg = _model_of(path) or {}
+    if "qwen" in str(cfg.get("model_type", "")):
+        raise InputError("planner", str(spec), "a bare Qwen-VL checkpoint has no plan head (mask tokens, connectors, flow head); "
+                                               "pass a Bernini planner folder, or run without one (--no-plan)")
+    raise InputError("planner", str(spec), f"no {MODEL_NAME} config.json here or in planner/")
+
+
+def load_plan_encoder(spec: str | Path = "builtin", device: Any = None, dtype: Any = None, trust_remote_code: bool = False,
+                      **_: Any) -> Any:
+    """The builtin planner's input encoder: ``builtin`` (the shipped ViT) or a saved encoder folder."""
+    from planners.semantic.encoder import BuiltinPlanEncoder
+
+    if not isinstance(spec, (str, Path)) or not str(spec).strip():
+        raise InputError("encoder", spec, "pass 'builtin' or a saved encoder folder")
+    if str(spec) == "builtin":
+        return BuiltinPlanEncoder.from_pretrained(None, device=device)
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        raise InputError("encoder", str(spec), "no such folder; pass 'builtin' or a saved encoder folder")
+    return BuiltinPlanEncoder.from_pretrained(path, device=device)

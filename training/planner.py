@@ -1,0 +1,267 @@
+"""Train the builtin Bernini planner (planners/semantic/) on worldgen t2v / edit / ref2v plan targets.
+
+The planner is trained apart from the renderer (spec b.10, stage P): from the prompt (MiniLM token
+states, ``text_embed_dim`` 384, through a learned projection) and the sources in ViT token space (the
+source clip's plan-frame tokens for v2v, each reference image's tokens for r2v), it predicts the target
+clip's builtin-ViT patch tokens on the plan frames (``training.bernini_data``): a MaskGIT loss, masked
+tokens scored by the per-token flow head (``SemanticPlanner.loss``). Batches, masks, dropout and noise
+are seeded by the step, so a resumed run continues exactly (``training/loop.py``).
+
+The builtin planner has no chain of thought (``cot=False``): worldgen has no reasoning text to teach,
+and a byte-level decoder this small would only echo the prompt; the flag and its loss are exercised on
+the hf backbone and in tests.
+
+Evaluation plans held-out items (VAL during training, TEST at the end) with the full MaskGIT loop and
+three-stream CFG, and compares them with the ground-truth tokens: cosine similarity per token, and the
+share of tokens whose nearest ground-truth token (among the clip's own) sits at the same place, so a
+plan that puts the right thing in the right place scores high. How the plans render is measured with
+the renderer by ``benchmarks/bernini.py``.
+
+    python -m training.planner --out DIR [--steps N] [--stop-at STEP] [--tiny] [--no-resume] [--eval-only]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from core.atomic import write_json_atomic
+from core.errors import InputError
+from planners.semantic import PlanExample, PlanRequest, SemanticPlanner, SemanticPlannerConfig, builtin_planner
+from planners.semantic.backbones import TinyBackboneConfig
+from planners.semantic.layout import VisualTokens
+from training.bernini_data import DEFAULT_CACHE, TASKS, DataConfig, Pool, load_pools
+from training.common import design_notes, load_recipe, run_recipe, sec_per_step, training_parser
+from training.loop import TrainConfig, Trainer
+from training.renderer import TextStates
+
+logger = logging.getLogger(__name__)
+
+KIND = "semantic-planner"
+
+
+def default_planner_config() -> SemanticPlannerConfig:
+    """The builtin planner: builtin-ViT tokens (192-d) on a (4, 8, 8) plan grid, MiniLM prompt states."""
+    return SemanticPlannerConfig(token_dim=192, plan_grid=(4, 8, 8), text_embed_dim=384, head_width=256, head_depth=3,
+                                 cot=False, planning_steps=16, denoising_steps=3)
+
+
+@dataclass
+class PlannerRecipe:
+    planner: SemanticPlannerConfig = field(default_factory=default_planner_config)
+    backbone: TinyBackboneConfig = field(default_factory=lambda: TinyBackboneConfig(hidden_size=128, num_layers=4, num_heads=2))
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=4000, lr=5e-4, warmup=200, weight_decay=0.01, ema=0.999,
+                                                                   eval_every=1500, ckpt_every=100, log_every=25, threads=1,
+                                                                   eval_at_end=False))
+    data: DataConfig = field(default_factory=DataConfig)
+    pool: int = 2000  # TRAIN items per task (the renderer's cached pools)
+    mix: tuple[float, ...] = (0.4, 0.3, 0.3)  # step probabilities of t2v, v2v, r2v
+    batch: int = 8
+    val_items: int = 4
+    test_items: int = 30
+    seed: int = 0
+    workers: int = 1
+    cache: str = str(DEFAULT_CACHE)
+
+    def resolved(self) -> PlannerRecipe:
+        if len(self.mix) != len(TASKS) or any(m < 0 for m in self.mix) or not sum(self.mix) > 0:
+            raise InputError("mix", self.mix, f"give {len(TASKS)} non-negative weights for {TASKS}")
+        return self
+
+
+def tiny_recipe(out: Path) -> PlannerRecipe:
+    """A model and data small enough for a smoke test of the whole script (seconds)."""
+    return PlannerRecipe(planner=replace(default_planner_config(), head_width=32, head_depth=1, planning_steps=2, denoising_steps=1),
+                         backbone=TinyBackboneConfig(hidden_size=32, num_layers=2, num_heads=2),
+                         train=TrainConfig(steps=3, lr=1e-3, warmup=1, ema=0.9, eval_every=2, ckpt_every=1, log_every=1, threads=1,
+                                           eval_at_end=False),
+                         pool=2, batch=2, val_items=1, test_items=1, cache=str(out / "cache"))
+
+
+def request_of(pool: Pool, i: int, texts: TextStates) -> PlanRequest:
+    """Item ``i`` as the planner sees it: prompt states and the sources in ViT token space."""
+    sources = []
+    if pool.source_tokens is not None:
+        sources.append(VisualTokens(torch.from_numpy(pool.source_tokens[i].astype(np.float32)), "video"))
+    if pool.ref_tokens is not None:
+        sources += [VisualTokens(torch.from_numpy(pool.ref_tokens[i, j : j + 1].astype(np.float32)), "image")
+                    for j in range(int(pool.n_refs[i]))]
+    return PlanRequest(prompt_embeds=texts[pool.text[i]], sources=sources, task=pool.task)
+
+
+class Batches:
+    """Step-seeded batches (resuming at step s gives exactly the batches from s on)."""
+
+    def __init__(self, pools: dict[str, Pool], texts: TextStates, recipe: PlannerRecipe, step: int = 0):
+        self.pools, self.texts, self.r, self.step = pools, texts, recipe, step
+        self.mix = np.asarray(recipe.mix, np.float64) / sum(recipe.mix)
+
+    def __next__(self) -> dict:
+        r = self.r
+        rng = np.random.default_rng([r.seed, 12, self.step])
+        seed = int(np.random.default_rng([r.seed, 13, self.step]).integers(2**62))
+        self.step += 1
+        task = TASKS[int(rng.choice(len(TASKS), p=self.mix))]
+        pool = self.pools[task]
+        examples = [PlanExample(request_of(pool, int(i), self.texts), torch.from_numpy(pool.plan[int(i)].astype(np.float32)))
+                    for i in rng.integers(len(pool), size=r.batch)]
+        return {"task": task, "examples": examples, "seed": seed}
+
+
+def loss_fn(model: SemanticPlanner, batch: dict):
+    out = model.loss(batch["examples"], torch.Generator().manual_seed(batch["seed"]))
+    return out.loss, {f"loss_{batch['task']}": out.loss.detach()}
+
+
+# ---------------------------------------------------------------------------- evaluation
+
+
+def plan_agreement(pred: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+    """How a plan ``(T', h, w, D)`` matches the ground truth: mean cosine per token, and the share of tokens
+    whose nearest ground-truth token (cosine, over the clip's own tokens) is the one at their place."""
+    p = F.normalize(pred.reshape(-1, pred.shape[-1]).float(), dim=-1)
+    t = F.normalize(target.reshape(-1, target.shape[-1]).float(), dim=-1)
+    sim = p @ t.T
+    return {"cosine": float(sim.diagonal().mean()),
+            "placed": float((sim.argmax(1) == torch.arange(len(p))).float().mean())}
+
+
+@torch.no_grad()
+def evaluate(model: SemanticPlanner, pools: dict[str, Pool], texts: TextStates, n: int) -> dict:
+    """Plan the first ``n`` items of each task and score them against their targets (see the module doc).
+
+    ``copy_source`` is the same score for the source clip's own tokens (v2v): what planning nothing but
+    "keep the source" would get, the bar an edit plan must beat on the edited tokens."""
+    model.eval()
+    out = {}
+    for task, pool in pools.items():
+        rows, secs, copy = [], [], []
+        for i in range(min(n, len(pool))):
+            t0 = time.perf_counter()
+            tokens = model.plan(request_of(pool, i, texts), grid=tuple(pool.plan.shape[1:4]), generator=int(pool.index[i])).tokens
+            secs.append(time.perf_counter() - t0)
+            target = torch.from_numpy(pool.plan[i].astype(np.float32))
+            rows.append(plan_agreement(tokens, target))
+            if pool.source_tokens is not None:
+                copy.append(plan_agreement(torch.from_numpy(pool.source_tokens[i].astype(np.float32)), target))
+        out[task] = {k: round(float(np.mean([r[k] for r in rows])), 4) for k in ("cosine", "placed")}
+        out[task].update(clips=len(rows), seconds_per_plan=round(float(np.mean(secs)), 3))
+        if copy:
+            out[task]["copy_source"] = {k: round(float(np.mean([r[k] for r in copy])), 4) for k in ("cosine", "placed")}
+    return out
+
+
+def card(recipe: PlannerRecipe, ev: dict, out: Path) -> str:
+    c, b, t = recipe.planner, recipe.backbone, recipe.train
+    rows = [f"| {task} | {m['cosine']:.3f} | {m['placed']:.3f} | {m.get('copy_source', {}).get('cosine', '-')} | {m['clips']} | {m['seconds_per_plan']} |"
+            for task, m in ev.get("test", {}).items()]
+    size_mb = (out / "model.safetensors").stat().st_size / 2**20 if (out / "model.safetensors").is_file() else 0.0
+    return f"""# semantic-planner (builtin)
+
+Bernini's builtin planner (`planners/semantic/`): the tiny decoder backbone ({b.num_layers} layers, width
+{b.hidden_size}, {b.num_heads} heads, M-RoPE, the block attention mask of spec b.2) reads the system prompt
+(bytes), the prompt's MiniLM token states (projected) and the sources' builtin-ViT tokens, and predicts the
+target's builtin-ViT patch tokens on a {c.plan_grid} plan grid with a per-token AdaLN flow head
+({c.head_depth} blocks, width {c.head_width}); MaskGIT reveal over {c.planning_steps} steps, {c.denoising_steps}
+Euler steps per token, three-stream CFG (text {c.txt_cfg}, image {c.img_cfg}). No chain of thought (`cot=False`).
+
+## Data and training
+- worldgen TRAIN split, {recipe.pool} clips per task (t2v, edit as v2v, ref2v as r2v; levels 1-3 in turn);
+  targets are the shipped builtin ViT's patch tokens of the target clip on frames 0, 5, 10, 15.
+- {ev.get('steps')} of {t.steps} steps, batch {recipe.batch}, task mix {recipe.mix}, AdamW lr {t.lr}, warmup {t.warmup} +
+  cosine, EMA {t.ema}; mask ratio U[{c.mask_ratio_min}, {c.mask_ratio_max}], text dropout {c.text_dropout}, source
+  dropout {c.visual_dropout}. {ev.get('train_minutes')} min, {ev.get('sec_per_step')} s/step on {t.threads} CPU thread(s).
+  Weights {size_mb:.1f} MB.
+
+## Measured (TEST split, first {recipe.test_items} items per task)
+Per plan token: cosine to the ground-truth token at its place, and the share of tokens whose nearest
+ground-truth token (of the clip's own) is the one at their place. `copy source` is the cosine the source
+clip's own tokens get (v2v: most of an edit is "keep").
+
+| task | cosine | placed | copy source | clips | s/plan |
+|---|---|---|---|---|---|
+{chr(10).join(rows)}
+
+## What it can and cannot do
+- What the plans look like rendered, and how often the judge reads the prompt's colour, shape and motion
+  in them, is measured by `benchmarks/bernini.py` (planner + renderer), not here.
+- Trained on worldgen prompts only; other words reach it through MiniLM and may land on the nearest
+  worldgen concept.
+{design_notes(out, "planner")}"""
+
+
+def final_eval(out: Path, recipe: PlannerRecipe, model: SemanticPlanner, texts: TextStates, extra: dict) -> dict:
+    test = load_pools("test", recipe.seed, recipe.test_items, recipe.data, cache_dir=recipe.cache, workers=recipe.workers)
+    ev = {**extra, "test": evaluate(model, test, texts, recipe.test_items)}
+    write_json_atomic(out / "eval.json", ev)
+    (out / "card.md").write_text(card(recipe, ev, out))
+    logger.info("test: %s", json.dumps(ev["test"]))
+    return ev
+
+
+def check_out(out: Path) -> Path:
+    """A new or empty folder, or one holding an earlier planner run; an ``InputError`` otherwise."""
+    if out.exists() and not out.is_dir():
+        raise InputError("--out", str(out), "that is a file; pass a folder for the run")
+    if out.is_dir() and any(out.iterdir()):
+        tag = None
+        if (out / "train_config.json").is_file():
+            try:
+                tag = json.loads((out / "train_config.json").read_text()).get("model")
+            except (OSError, ValueError, AttributeError):
+                tag = "?"
+        if tag != KIND:
+            raise InputError("--out", str(out), "it holds something other than an earlier planner run; pass a new or empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = training_parser("python -m training.planner", "Train the builtin Bernini planner on worldgen plan targets.", "outputs/train/planner")
+    ap.add_argument("--stop-at", type=int, help="stop at this step (checkpointed; resume later with the same --steps)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    out = check_out(Path(args.out))
+    resume = not args.no_resume and load_recipe(PlannerRecipe, out) is not None
+    recipe = run_recipe(PlannerRecipe, out, tiny_recipe(out) if args.tiny else None, resume, pool=args.pool, batch=args.batch)
+    if args.steps:
+        recipe = replace(recipe, train=replace(recipe.train, steps=args.steps))
+    write_json_atomic(out / "train_config.json", {"model": KIND, "recipe": type(recipe).__name__, "provenance": "python -m training.planner",
+                                                  **asdict(recipe)})
+    texts = TextStates()
+    torch.set_num_threads(recipe.train.threads or 1)
+    if args.eval_only:
+        old = json.loads((out / "eval.json").read_text()) if (out / "eval.json").is_file() else {}
+        final_eval(out, recipe, SemanticPlanner.from_pretrained(out), texts, {k: old.get(k) for k in ("steps", "train_minutes", "sec_per_step")})
+        return 0
+    t_start = time.perf_counter()
+    pools = load_pools("train", recipe.seed, recipe.pool, recipe.data, cache_dir=recipe.cache, workers=recipe.workers)
+    val = load_pools("val", recipe.seed, recipe.val_items, recipe.data, cache_dir=recipe.cache, workers=recipe.workers)
+    texts.add([t for p in (*pools.values(), *val.values()) for t in p.text])
+    torch.manual_seed(recipe.train.seed)  # the initial weights depend on the recipe alone
+    model = builtin_planner(recipe.planner, recipe.backbone)
+    trainer = Trainer(model, loss_fn, recipe.train, out / "run", evaluate=lambda m: evaluate(m, val, texts, recipe.val_items))
+    if not args.no_resume:
+        trainer.load_checkpoint()
+    trainer.fit(Batches(pools, texts, recipe, trainer.step), until=args.stop_at)
+    final = trainer.eval_model().eval()
+    final.save_pretrained(out)
+    minutes = (time.perf_counter() - t_start) / 60
+    extra = {"steps": trainer.step, "train_minutes": round(minutes, 2), "sec_per_step": sec_per_step(trainer.history)}
+    if trainer.step < recipe.train.steps:
+        logger.info("stopped at step %d of %d; resume with the same --out", trainer.step, recipe.train.steps)
+        write_json_atomic(out / "eval.json", {**extra, "val": trainer.history[-1].get("eval") if trainer.history else None})
+        return 0
+    final_eval(out, recipe, final, texts, extra)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
