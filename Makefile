@@ -34,10 +34,13 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.builtin
 	$(PY) -m benchmarks.vlm_perception
 
-# Train the built-in models from scratch (each <= 45 min on 2 CPU cores); resumes if interrupted.
+# Train the built-in models from scratch (the cards give each one's time on this machine); resumes if interrupted.
+# The Bernini renderer and planner (~1.5 h each on one core) train on pools cached in outputs/bernini_data.
 weights: $(STAMP)
 	$(PY) -m training.vit --out weights/builtin/vit
 	$(PY) -m training.vlm --out weights/builtin/vlm --vit weights/builtin/vit
+	$(PY) -m training.renderer --out weights/builtin/renderer
+	$(PY) -m training.planner --out weights/builtin/planner
 
 clean:
 	rm -rf outputs .pytest_cache

@@ -176,12 +176,13 @@ def _add_pipeline_verb(sub, app) -> None:
     p = sub.add_parser(app.verb, help=app.help, description=app.description, epilog=app.examples,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     for inp in app.inputs:
-        nargs = "+" if inp.kind == "texts" else None
-        meta = inp.name.upper() if inp.kind != "texts" else inp.name.upper().rstrip("S")
-        if inp.flag is None and inp.kind != "texts":
+        listed = inp.kind in ("texts", "images")
+        nargs = "+" if listed else None
+        meta = inp.name.upper().rstrip("S") if listed else inp.name.upper()
+        if inp.flag is None and not listed:
             p.add_argument(inp.name, help=inp.help)
         else:
-            flags = [f"--{inp.name}"] + ([inp.flag] if inp.flag else [])
+            flags = [f"--{inp.name}"] + ([inp.flag] if inp.flag and inp.flag != f"--{inp.name}" else [])
             p.add_argument(*flags, dest=inp.name, required=inp.required, nargs=nargs, metavar=meta, help=inp.help)
     settings = p.add_argument_group("settings (the pipeline config; saved beside every output)")
     for s in app.settings():

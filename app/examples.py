@@ -53,4 +53,44 @@ def clear_examples() -> list[list]:
     return rows
 
 
-EXAMPLES: dict[str, Callable[[], list[list]]] = {"ask": gridprobe_examples, "segment": clear_examples}
+@functools.lru_cache(maxsize=1)
+def generate_examples() -> list[list]:
+    """Prompts the built-in Bernini models know (t2v), and one r2v prompt with its reference images;
+    rows are (prompt, first-frame image, reference images)."""
+    from PIL import Image
+
+    from worldgen.tasks import ref2v
+    from worldgen.tasks.base import split_seed
+
+    rows = [[p, None, None] for p in ("a red star bouncing to the left", "a large blue square moves to the right",
+                                      "a small yellow circle falls down on a grey background")]
+    sample = ref2v.generate(split_seed("test", 13, 0), ref2v.Config(level=1, size=64, num_frames=16))
+    refs = []
+    for name, image in sample.images.items():
+        path = _folder() / f"ref2v_{name}.png"
+        if not path.exists():
+            Image.fromarray(image).save(path)
+        refs.append(str(path))
+    return rows + [[sample.record["prompt"], None, refs]]
+
+
+@functools.lru_cache(maxsize=1)
+def edit_examples() -> list[list]:
+    """Three held-out worldgen edits (a recolour, a reshape, a motion change, ...) at the built-in size."""
+    from core.video import write_video
+    from worldgen.tasks import edit
+    from worldgen.tasks.base import split_seed
+
+    rows = []
+    for level in (1, 2, 3):
+        sample = edit.generate(split_seed("test", 17, level), edit.Config(level=level, size=64, num_frames=16))
+        world = sample.worlds["source"]
+        clip = _folder() / f"edit_level{level}.mp4"
+        if not clip.exists():
+            write_video(clip, (world.render(t, annotations=False).rgb for t in range(world.num_frames)), fps=world.fps)
+        rows.append([str(clip), sample.record["instruction"], None])
+    return rows
+
+
+EXAMPLES: dict[str, Callable[[], list[list]]] = {"ask": gridprobe_examples, "segment": clear_examples,
+                                                 "generate": generate_examples, "edit": edit_examples}

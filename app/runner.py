@@ -17,13 +17,19 @@ from pipelines.registry import PipelineApp
 
 def check_media(app: PipelineApp, inputs: dict) -> None:
     """Open every video input given as a path once, so a bad file fails before a model loads."""
+    from core.errors import InputError
     from core.video import Video
 
     for i in app.inputs:
         value = inputs.get(i.name)
-        if i.kind == "video" and isinstance(value, (str, Path)):
-            with Video(value):
-                pass
+        if i.kind == "images" and value is not None and not isinstance(value, (str, Path, list, tuple)):
+            raise InputError(i.name, type(value).__name__, "pass a list of image paths")
+        listed = i.kind == "images" and isinstance(value, (list, tuple))
+        paths = list(value) if listed else [value] if i.kind in ("video", "image", "images") else []
+        for path in paths:
+            if isinstance(path, (str, Path)):
+                with Video(path):
+                    pass
 
 
 def build(app: PipelineApp, components: dict, options: dict, config: dict):

@@ -6,11 +6,17 @@ inputs, its config settings, the models the server offers, examples and its outp
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import logging
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,8 @@ def _input_component(inp):
         return gr.Video(label=inp.name, sources=["upload"])
     if inp.kind == "image":
         return gr.Image(label=inp.name, type="filepath", sources=["upload"])
+    if inp.kind == "images":
+        return gr.File(label=inp.name, file_count="multiple", file_types=["image"])
     if inp.kind == "texts":
         return gr.Textbox(label=f"{inp.name}, one per line", lines=4, info=inp.help)
     return gr.Textbox(label=inp.name, info=inp.help)
@@ -144,18 +152,24 @@ def slot_choices(app, slot: str, settings: WebSettings) -> list[str]:
     return ([""] if spec.optional else []) + [c for c in choices if c]
 
 
-def run_in_web(app, settings: WebSettings, values: tuple) -> tuple:
+def run_in_web(app, settings: WebSettings, values: tuple, callback: Callable | None = None) -> tuple:
     """One web request: ``values`` in the tab's order (inputs, settings, models) -> the tab's outputs.
-    Every user error is a ``gr.Error`` that names no server path; warnings are ``gr.Warning``s."""
+    Every user error is a ``gr.Error`` that names no server path; warnings are ``gr.Warning``s.
+    ``callback(pipe, step, info)`` runs after each loop step; ``PipelineInterrupted`` passes through."""
     import gradio as gr
 
     from app.runner import run_app
     from core.errors import AtelierError
+    from pipelines.base import PipelineInterrupted
 
     app_settings = app.settings()
     names_in = [i.name for i in app.inputs]
     given = dict(zip(names_in, values))
+    for i in app.inputs:  # a multiple-file upload arrives as a list of paths (or file objects)
+        if i.kind == "images":
+            given[i.name] = [str(getattr(f, "name", f)) for f in (given.get(i.name) or [])]
     uploads = [str(given[i.name]) for i in app.inputs if i.kind in ("video", "image") and given.get(i.name)]
+    uploads += [p for i in app.inputs if i.kind == "images" for p in given.get(i.name) or []]
     for i in app.inputs:
         if i.kind == "video":
             check_upload(given.get(i.name), settings)
@@ -175,22 +189,115 @@ def run_in_web(app, settings: WebSettings, values: tuple) -> tuple:
         inputs, config, _, _ = app.split_args(args)
         for warning in (app.web_check(inputs, config) if app.web_check else []):
             gr.Warning(warning)
-        out, summary = run_app(app, args)
+        out, summary = run_app(app, args, callback=callback)
+    except PipelineInterrupted:
+        raise
     except AtelierError as e:
         raise gr.Error(user_message(e, uploads)) from None
     return app.web_present(out, summary)
 
 
+@dataclass
+class RunControl:
+    """A tab's current run in one browser session (its ``gr.State``), so Cancel can reach the pipeline.
+    Plain fields only: gradio deep-copies a state's initial value for every session."""
+
+    active: bool = False  # a run was requested and has not ended
+    cancelled: bool = False
+    pipe: Any = None  # the running pipeline once its first step ended
+    step: int | None = None  # the last step that ended
+
+    def start(self) -> None:
+        self.active, self.cancelled, self.pipe, self.step = True, False, None, None
+
+    def cancel(self) -> None:
+        """Stop the run at its next step (a no-op when nothing runs)."""
+        if self.active:
+            self.cancelled = True
+            if self.pipe is not None:
+                self.pipe.interrupt()
+
+
+def stream_run(app, settings: WebSettings, values: tuple, state: RunControl, interval: float = 0.5) -> Iterator[tuple]:
+    """A tab's Run: ``run_in_web`` in a worker thread, yielding ``(preview, *outputs)`` (no preview slot
+    without ``app.web_preview``) -- the latest preview every ``interval`` s, then the outputs. A
+    cancelled run ends with a warning and empty outputs; other errors are re-raised here as they are."""
+    import gradio as gr
+
+    from pipelines.base import PipelineInterrupted
+
+    keep = [gr.update()] if app.web_preview else []  # leave the preview as it is
+    n = len(app.web_outputs)
+    if not state.active:  # an API call, which skips the tab's clear step
+        state.start()
+    if state.cancelled:
+        state.active = False
+        gr.Warning("Cancelled before it started.")
+        yield (*keep, *[None] * n)
+        return
+    latest: dict[str, Any] = {}
+
+    def callback(pipe, step: int, info: dict) -> None:
+        state.pipe, state.step = pipe, step
+        if app.web_preview and "preview_failed" not in latest:
+            try:
+                image = app.web_preview(info)
+            except Exception:  # a preview is cosmetic: never let it fail the run
+                logger.warning("%s: web_preview failed; no more previews this run", app.verb, exc_info=True)
+                latest["preview_failed"] = True
+                image = None
+            if image is not None:
+                latest["preview"] = (step, image)  # a new tuple per image, even if the array is reused
+        if state.cancelled or "abandoned" in latest:
+            pipe.interrupt()
+
+    def work() -> None:
+        try:
+            latest["outputs"] = run_in_web(app, settings, values, callback=callback)
+        except BaseException as e:  # noqa: BLE001 -- handed to the generator, which re-raises it
+            latest["error"] = e
+
+    # the copied context carries gradio's request: progress bars (track_tqdm) and gr.Warning work in the thread
+    worker = threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True, name=f"web-{app.verb}")
+    worker.start()
+    try:
+        shown = None
+        while worker.is_alive():
+            worker.join(interval)
+            preview = latest.get("preview")
+            if preview is not None and preview is not shown:
+                shown = preview
+                yield (preview[1], *[gr.update()] * n)
+    finally:
+        if worker.is_alive():  # the generator was closed (page left, request cancelled): stop computing
+            latest["abandoned"] = True
+            state.cancel()
+        state.active, state.pipe = False, None
+    error = latest.get("error")
+    if isinstance(error, PipelineInterrupted):
+        done = "before its first step" if state.step is None else f"after step {state.step}"
+        gr.Warning(f"Cancelled {done}.")
+        yield (*keep, *[None] * n)
+        return
+    if error is not None:
+        raise error
+    if state.cancelled:
+        gr.Info("The run finished before it could be cancelled.")
+    yield (*keep, *latest["outputs"])
+
+
 def pipeline_tab(app, settings: WebSettings) -> None:
     """A registered pipeline's tab: its inputs, every config setting, the models this server offers,
-    clickable examples, and its outputs. Errors become ``gr.Error`` with no server paths; a failed
-    request leaves the outputs empty rather than showing the previous answer."""
+    clickable examples, a live preview (with ``app.web_preview``), a Cancel button and its outputs.
+    Errors become ``gr.Error`` with no server paths; a failed request leaves the outputs empty rather
+    than showing the previous answer."""
     import gradio as gr
 
     from app.examples import EXAMPLES
 
     app_settings = app.settings()
     gr.Markdown(app.web_note)
+    state = gr.State(RunControl())  # gradio gives every session its own (deep) copy
     with gr.Row():
         with gr.Column():
             inputs = [_input_component(i) for i in app.inputs]
@@ -200,19 +307,28 @@ def pipeline_tab(app, settings: WebSettings) -> None:
                 models = [gr.Dropdown(slot_choices(app, slot, settings), value=slot_choices(app, slot, settings)[0],
                                       label=f"{slot}: {app.pipeline_class.component_specs[slot].help} (offered by the server: atelier serve --vlm PATH)")
                           for slot in app.components]
-            button = gr.Button("Run", variant="primary")
+            with gr.Row():
+                button = gr.Button("Run", variant="primary")
+                cancel = gr.Button("Cancel", variant="stop")
         with gr.Column():
-            outputs = [_output_component(kind, label) for kind, label in app.web_outputs]
+            preview = [gr.Image(label="preview (while it runs)", type="numpy")] if app.web_preview else []
+            outputs = preview + [_output_component(kind, label) for kind, label in app.web_outputs]
     if app.verb in EXAMPLES:
         gr.Examples(examples=EXAMPLES[app.verb](), inputs=inputs, label="examples (synthetic clips the built-in model knows)")
 
-    def run(*values, progress=gr.Progress(track_tqdm=True)):
-        return run_in_web(app, settings, values)
+    # gradio sees a Progress only among the positional parameters (not after *values): there it
+    # inserts one, which shows the pipeline's tqdm bars on the page
+    def run(control: RunControl, progress=gr.Progress(track_tqdm=True), *values):
+        for update in stream_run(app, settings, values, control):
+            yield update if len(outputs) > 1 else update[0]  # gradio takes a lone output's value bare
 
-    def clear():
-        return [None] * len(outputs)
+    def clear(control: RunControl):
+        control.start()  # a Cancel pressed while the run waits in the queue still counts
+        return [None] * len(outputs) if len(outputs) > 1 else None
 
-    button.click(clear, None, outputs, queue=False).then(run, [*inputs, *controls, *models], outputs, api_name=app.verb)
+    button.click(clear, state, outputs, queue=False).then(run, [state, *inputs, *controls, *models], outputs, api_name=app.verb)
+    # no gradio ``cancels=``: it would drop the request without stopping the pipeline or saying so
+    cancel.click(RunControl.cancel, state, None, queue=False, api_name=f"cancel_{app.verb}")
 
 
 def tabs() -> list[tuple[str, Callable[[WebSettings], None]]]:

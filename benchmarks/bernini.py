@@ -12,7 +12,17 @@ index as the seed:
 - ``no_plan``: the same pipeline with ``plan=False`` (the renderer from the text alone: Bernini-R);
 - ``oracle_plan``: the renderer decoding the ground-truth plan (the target's own ViT tokens): the
   ceiling a perfect planner would reach with this renderer;
+- ``no_guidance``: the pipeline with the renderer's guidance scale 1 (the conditional prediction alone);
+- ``plain_rope``: the pipeline with the renderer's segment phases off at inference (every source on
+  segment id 0: plain 3D RoPE), on r2v, compared on the items with 2+ references [an inference-time
+  ablation: the renderer was trained with SA-3D];
 - ``copy_source`` (v2v only): the source clip returned unchanged: what "change nothing" scores.
+
+Beside the per-object reading, v2v rows carry ``asked``: whether the attribute the edit asks for reads
+as the target's (recolour / reshape / resize / motion change; an added object found with its colour and
+shape; a removed one gone, nothing extra detected; None for a background change, which the judge does
+not read); r2v rows carry ``subject``: whether every referenced object reads with its reference's
+colour and shape.
 
 Every clip is graded with ``scorers.generation.judge_against`` against the target's caption record:
 per object, whether the judge reads the colour, shape, size and direction the prompt asks for (an
@@ -36,32 +46,64 @@ from benchmarks.common import (RowLog, accuracy_cell, add_shard_arguments, comma
                                merge_rows, paired_bootstrap, paired_cell, write_results)
 
 logger = logging.getLogger("benchmarks.bernini")
-METHODS = ("bernini", "no_plan", "oracle_plan", "copy_source")
+METHODS = ("bernini", "no_plan", "oracle_plan", "no_guidance", "plain_rope", "copy_source")
+# the attribute an edit kind asks to change, as the judge reads it (change_background: none it reads)
+ASKED = {"recolor": "color", "reshape": "shape", "resize": "size", "change_motion": "direction"}
 ATTRIBUTES = ("color", "shape", "direction", "size")
 PSNR_CAP = 60.0
 
 
-def build_pipelines(args):
+def build_pipelines(args) -> dict:
     from pipelines.bernini import BerniniConfig, BerniniPipeline
 
     comps = {"planner": args.planner, "renderer": args.renderer, "encoder": "builtin"}
     full = BerniniPipeline.build(components=comps)
-    full.set_progress_bar_config(disable=True)
-    plain = BerniniPipeline(BerniniConfig(plan=False), **full.components)
-    plain.set_progress_bar_config(disable=True)
-    return full, plain
+    pipes = {"bernini": full, "no_plan": BerniniPipeline(BerniniConfig(plan=False), **full.components),
+             "no_guidance": BerniniPipeline(BerniniConfig(guidance_scale=1.0), **full.components)}
+    for p in pipes.values():
+        p.set_progress_bar_config(disable=True)
+    return pipes
 
 
-def render(method: str, pool, i: int, pipes) -> np.ndarray:
-    full, plain = pipes
+def render(method: str, pool, i: int, pipes: dict) -> np.ndarray:
     task, seed = pool.task, int(pool.index[i])
+    renderer = pipes["bernini"].renderer
     if method == "copy_source":
         return pool.source[i]
     if method == "oracle_plan":
-        return full.renderer.generate(pool.plan[i].astype(np.float32), pool.text[i], sources=pool.sources(i), generator=seed)
-    pipe = full if method == "bernini" else plain
+        return renderer.generate(pool.plan[i].astype(np.float32), pool.text[i], sources=pool.sources(i), generator=seed)
     kw = {"video": pool.source[i]} if task == "v2v" else {"references": pool.references(i)} if task == "r2v" else {}
-    return pipe(pool.text[i], generator=seed, **kw).video
+    if method == "plain_rope":
+        renderer.config.segment_rope = False
+        try:
+            return pipes["bernini"](pool.text[i], generator=seed, **kw).video
+        finally:
+            renderer.config.segment_rope = True
+    return pipes[method](pool.text[i], generator=seed, **kw).video
+
+
+def asked_change(res: dict, record: dict) -> bool | None:
+    """Whether the output shows the change a v2v edit asked for (see the module docstring)."""
+    edit = record.get("edit") or {}
+    kind, oid = edit.get("kind"), edit.get("object_id")
+    objects = {o["id"]: o for o in res["objects"]}
+    if kind in ASKED:
+        o = objects.get(oid)
+        return None if o is None or o[ASKED[kind]] is None else bool(o[ASKED[kind]])
+    if kind == "add_object":
+        o = objects.get(oid)
+        return bool(o and o["color"] and o["shape"])
+    if kind == "remove_object":
+        return bool(all(o["matched"] for o in res["objects"]) and res["extra_detections"] == 0)
+    return None
+
+
+def subject_match(res: dict, record: dict) -> bool:
+    """Whether every referenced object of an r2v prompt reads with its reference's colour and shape."""
+    objects = {o["id"]: o for o in res["objects"]}
+    refs = record.get("references") or []
+    return bool(refs) and all(bool(objects.get(r["object_id"], {}).get("color")) and bool(objects.get(r["object_id"], {}).get("shape"))
+                              for r in refs)
 
 
 def grade(frames: np.ndarray, pool, i: int, split_seed: int) -> dict:
@@ -72,7 +114,11 @@ def grade(frames: np.ndarray, pool, i: int, split_seed: int) -> dict:
     objects = [{a: o[a] for a in ATTRIBUTES} for o in res["objects"]]
     row = {"objects": objects, "all_correct": bool(res["all_correct"]), "extra": res["extra_detections"],
            "psnr_target": min(psnr(pool.frames[i], frames), PSNR_CAP)}
+    if pool.task == "r2v":
+        row["subject"] = subject_match(res, pool.records[i])
     if pool.task == "v2v":
+        row["edit_kind"] = (pool.records[i].get("edit") or {}).get("kind")
+        row["asked"] = asked_change(res, pool.records[i])
         region = edit_region("test", split_seed, int(pool.index[i]), pool.cfg)
         row["psnr_outside_edit"] = None if region is None else min(edit_preservation(pool.source[i], frames, region)["psnr"], PSNR_CAP)
     return row
@@ -90,7 +136,7 @@ def run(args) -> list[dict]:
     pools = load_pools("test", args.seed, args.start + args.n, tasks=tuple(args.tasks), workers=1)
     pipes = build_pipelines(args)
     keys = [f"{t}:{i}:{m}" for i in range(args.start, args.start + args.n) for t in args.tasks for m in args.methods
-            if not (m == "copy_source" and t != "v2v")]
+            if (m != "copy_source" or t == "v2v") and (m != "plain_rope" or t == "r2v")]
     for key in log.todo(keys):
         task, i, method = key.split(":")
         i, pool = int(i), pools[task]
@@ -98,6 +144,7 @@ def run(args) -> list[dict]:
         frames = render(method, pool, i, pipes)
         seconds = time.perf_counter() - t0
         row = {"key": key, "item": i, "task": task, "method": method, "level": int(pool.level[i]), "text": pool.text[i],
+               "n_refs": int(pool.n_refs[i]) if pool.n_refs is not None else 0,
                "seconds": round(seconds, 3), **grade(frames, pool, i, args.seed)}
         log.append([row])
         logger.info("%s: all right %s, %.1f s", key, row["all_correct"], seconds)
@@ -122,24 +169,48 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
         clips = _accuracy([r["all_correct"] for r in rs])
         psnr_t = float(np.mean([r["psnr_target"] for r in rs]))
         outside = [r["psnr_outside_edit"] for r in rs if r.get("psnr_outside_edit") is not None]
+        asked = [r["asked"] for r in rs if r.get("asked") is not None]
+        subject = [r["subject"] for r in rs if "subject" in r]
+        goal = _accuracy(asked) if asked else _accuracy(subject) if subject else None
         summary[f"{task}/{method}"] = {"clips": len(rs), **cell, "clips_all_right": clips, "psnr_target": psnr_t,
                                        "psnr_outside_edit": float(np.mean(outside)) if outside else None,
+                                       "asked_change" if asked else "subject_match": goal,
                                        "seconds": float(np.mean([r["seconds"] for r in rs]))}
         table.append([task, method, len(rs), *[accuracy_cell(cell[a]) if cell[a]["n"] else "-" for a in ATTRIBUTES], accuracy_cell(clips),
-                      f"{psnr_t:.1f}", f"{np.mean(outside):.1f}" if outside else "-", f"{summary[f'{task}/{method}']['seconds']:.1f}"])
-    lines += markdown_table(["task", "method", "clips", "colour", "shape", "direction", "size", "clips all right", "PSNR target",
-                             "PSNR outside edit", "s / clip"], table)
+                      accuracy_cell(goal) if goal else "-", f"{psnr_t:.1f}", f"{np.mean(outside):.1f}" if outside else "-",
+                      f"{summary[f'{task}/{method}']['seconds']:.1f}"])
+    lines += markdown_table(["task", "method", "clips", "colour", "shape", "direction", "size", "clips all right",
+                             "asked change (v2v) / subject (r2v)", "PSNR target", "PSNR outside edit", "s / clip"], table)
     lines += ["", "## The plan's effect, paired on the same items (clips all right, percentage points, bootstrap 95%)", ""]
     pairs = []
     for task, rs in group_rows(rows, lambda r: r["task"]).items():
         by = {m: {r["item"]: r["all_correct"] for r in rs if r["method"] == m} for m in METHODS}
-        for a, b in (("bernini", "no_plan"), ("oracle_plan", "bernini")):
-            common = sorted(set(by[a]) & set(by[b]))
+        multi = {r["item"] for r in rs if r["n_refs"] >= 2}  # SA-3D matters with two or more references
+        for a, b in (("bernini", "no_plan"), ("oracle_plan", "bernini"), ("bernini", "no_guidance"), ("bernini", "plain_rope")):
+            common = sorted(set(by[a]) & set(by[b]) & (multi if b == "plain_rope" else set(by[a])))
             if common:
                 d = paired_bootstrap([float(by[a][i]) for i in common], [float(by[b][i]) for i in common])
                 summary[f"{task}/{a}-{b}"] = d
                 pairs.append([task, f"{a} - {b}", len(common), paired_cell(d)])
     lines += markdown_table(["task", "comparison", "items", "difference"], pairs)
+    lines += ["", "## Plan vs text only, paired: shape and direction of every caption object (percentage points)", ""]
+    attr_pairs = []
+    for task, rs in group_rows(rows, lambda r: r["task"]).items():
+        by = {m: {r["item"]: r for r in rs if r["method"] == m} for m in ("bernini", "no_plan")}
+        common = sorted(set(by["bernini"]) & set(by["no_plan"]))
+        for a in ("shape", "direction"):
+            x = [float(np.mean([bool(o[a]) for o in by["bernini"][i]["objects"] if o[a] is not None] or [0])) for i in common]
+            y = [float(np.mean([bool(o[a]) for o in by["no_plan"][i]["objects"] if o[a] is not None] or [0])) for i in common]
+            if common:
+                d = paired_bootstrap(x, y)
+                summary[f"{task}/bernini-no_plan/{a}"] = d
+                attr_pairs.append([task, a, len(common), paired_cell(d)])
+    lines += markdown_table(["task", "attribute", "items", "bernini - no_plan"], attr_pairs)
+    lines += ["", "## v2v: the asked change by edit kind", ""]
+    kinds = [[method, kind, len(rs), accuracy_cell(_accuracy([r["asked"] for r in rs if r["asked"] is not None]))
+              if any(r["asked"] is not None for r in rs) else "-"]
+             for (method, kind), rs in sorted(group_rows([r for r in rows if r["task"] == "v2v"], lambda r: (r["method"], r["edit_kind"])).items())]
+    lines += markdown_table(["method", "edit kind", "clips", "asked change"], kinds)
     lines += ["", "## Clips all right by level", ""]
     levels = [[task, method, level, len(rs), accuracy_cell(_accuracy([r["all_correct"] for r in rs]))]
               for (task, method, level), rs in sorted(group_rows(rows, lambda r: (r["task"], r["method"], r["level"])).items())]

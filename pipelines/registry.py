@@ -15,22 +15,27 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # verb -> "module:attribute" of its PipelineApp; imported on first use so `atelier --help` stays fast
 PIPELINE_APPS: dict[str, str] = {
     "ask": "pipelines.gridprobe.app:APP",
     "segment": "pipelines.clear.app:APP",
+    "generate": "pipelines.bernini.app:GENERATE",
+    "edit": "pipelines.bernini.app:EDIT",
 }
 
-INPUT_KINDS = ("video", "image", "text", "texts")
+INPUT_KINDS = ("video", "image", "images", "text", "texts")
 
 
 @dataclass(frozen=True)
 class Input:
-    """One thing the user gives a pipeline call (not a setting): a video, an image, a text or a list of texts.
+    """One thing the user gives a pipeline call (not a setting): a video, an image, a list of images, a text or a list of texts.
 
     ``flag``: the CLI option (e.g. ``-q``) besides ``--<name>``; None makes it a positional argument.
     """
@@ -105,7 +110,9 @@ class PipelineApp:
     names what each slot loads when no saved pipeline is given. The ``web_*`` fields shape the tab:
     ``web_present(output, summary)`` returns the values of ``web_outputs`` (``(kind, label)`` pairs,
     kinds ``markdown``, ``image``, ``label``, ``json``, ``video``), ``web_examples()`` example input
-    rows (created on first use), ``web_check(inputs, settings)`` warnings shown before the run.
+    rows (created on first use), ``web_check(inputs, settings)`` warnings shown before the run,
+    ``web_preview(info)`` an RGB uint8 image shown while the pipeline runs, from a loop step's
+    ``callback_on_step_end`` info (None: no new image). It runs inside the loop, so keep it cheap.
     """
 
     verb: str
@@ -127,6 +134,7 @@ class PipelineApp:
     web_present: Callable[[Any, dict], tuple] | None = None
     web_examples: Callable[[], list[list]] | None = None
     web_check: Callable[[dict, dict], list[str]] | None = None
+    web_preview: Callable[[dict], np.ndarray | None] | None = None
 
     @property
     def pipeline_class(self) -> type:

@@ -678,7 +678,7 @@ class BuiltinRenderer(nn.Module):
             # [PROPOSED] one scale between the base (nothing) and the fully conditioned prediction: the
             # cascade with only its top active rung non-zero, two forwards per step.
             top = "plan" if has_plan else "text" if has_text else "image" if (has_video or has_refs) else None
-            if top is None:
+            if top is None or scale == 1.0:  # scale 1 is the conditional prediction: one forward, not two
                 return None
             scales = {"video": 0.0, "image": 0.0, "text": 0.0, "plan": 0.0}
             scales[top] = scale

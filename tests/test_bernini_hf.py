@@ -75,7 +75,7 @@ def test_save_reload_gives_identical_clips_and_settings_override_the_table(pipe,
     after = again("make it blue", video=clip(1), generator=4)
     assert np.array_equal(before.video, after.video) and np.array_equal(before.plan_tokens, after.plan_tokens)
     assert again.config == pipe.config
-    tuned = BerniniPipeline(BerniniConfig(**{**FAST, "omega_text": 2.0, "apg": "on", "cot": False, "tiling": True}), **pipe.components)
+    tuned = BerniniPipeline(BerniniConfig(**{**FAST, "guidance_text": 2.0, "apg": "on", "cot": False, "tiling": True}), **pipe.components)
     tuned.set_progress_bar_config(disable=True)
     out = tuned("make it blue", video=clip(1), generator=4)
     assert out.config["guidance"]["text"] == 2.0 and out.config["apg"] is True and out.cot_text is None

@@ -39,11 +39,22 @@ def media(tmp_path_factory):
     return {"good": good, "unicode": unicode, "bad": bad, "dir": d}
 
 
+def media_input(app):
+    """The input a broken file is fed through: the app's first video / image / images input."""
+    return next(i for i in app.inputs if i.kind in ("video", "image", "images"))
+
+
+def with_media(app, args: dict, path) -> dict:
+    i = media_input(app)
+    return {**args, i.name: [str(path)] if i.kind == "images" else str(path)}
+
+
 def valid_args(app, video) -> dict:
     """Arguments that run: the inputs by kind, the shipped builtin models, the smallest grid."""
-    args = {"video": str(video), "progress": False}
+    args = {"progress": False}
     for i in app.inputs:
-        args[i.name] = {"video": str(video), "image": str(video), "text": "What is there?", "texts": ["a", "b", "c"]}[i.kind]
+        args[i.name] = {"video": str(video), "image": str(video), "images": [str(video)], "text": "What is there?",
+                        "texts": ["a", "b", "c"]}[i.kind]
     for s in app.settings():  # the lowest value of each bounded int setting keeps runs fast
         if s.type is int and s.range and s.range[0] is not None and not s.optional and s.name in ("grid",):
             args[s.name] = s.range[0]
@@ -54,7 +65,7 @@ def to_argv(app, args: dict) -> list[str]:
     argv = [app.verb]
     for i in app.inputs:
         value = args[i.name]
-        if i.flag is None and i.kind != "texts":
+        if i.flag is None and i.kind not in ("texts", "images"):
             argv.append(str(value))
         else:
             argv += [f"--{i.name}", *([str(v) for v in value] if isinstance(value, list) else [str(value)])]
@@ -96,7 +107,7 @@ def test_cli_on_broken_files_absurd_sizes_and_bad_arguments(verb, media, capsys)
     app = apps()[verb]
     base = valid_args(app, media["good"])
     for kind, path in media["bad"].items():
-        code, err = run_cli(to_argv(app, {**base, "video": str(path)}), capsys)
+        code, err = run_cli(to_argv(app, with_media(app, base, path)), capsys)
         assert_clean(code, err, path.name)
     for name, value in absurd_settings(app):
         code, err = run_cli(to_argv(app, {**base, name: value}), capsys)
@@ -110,7 +121,7 @@ def test_cli_on_broken_files_absurd_sizes_and_bad_arguments(verb, media, capsys)
     code, err = run_cli(to_argv(app, base) + ["--no-such-flag"], capsys)
     assert code == 2 and "Traceback" not in err
     # a unicode path is not malformed: it works
-    code, err = run_cli(to_argv(app, {**base, "video": str(media["unicode"])}) + ["--json"], capsys)
+    code, err = run_cli(to_argv(app, with_media(app, base, media["unicode"])) + ["--json"], capsys)
     assert code == 0, err
 
 
@@ -118,10 +129,10 @@ def test_cli_on_broken_files_absurd_sizes_and_bad_arguments(verb, media, capsys)
 def test_batch_isolates_every_malformed_item(verb, media, tmp_path):
     app = apps()[verb]
     base = valid_args(app, media["good"])
-    items = [{"id": f"bad-{k}", "verb": verb, "args": {**base, "video": str(p)}} for k, p in media["bad"].items()]
+    items = [{"id": f"bad-{k}", "verb": verb, "args": with_media(app, base, p)} for k, p in media["bad"].items()]
     items += [{"id": f"absurd-{n}-{i}", "verb": verb, "args": {**base, n: v}} for i, (n, v) in enumerate(absurd_settings(app))]
     items += [{"id": "unknown-arg", "verb": verb, "args": {**base, "no_such_arg": 1}},
-              {"id": "unicode", "verb": verb, "args": {**base, "video": str(media["unicode"])}}]
+              {"id": "unicode", "verb": verb, "args": with_media(app, base, media["unicode"])}]
     manifest = tmp_path / "m.jsonl"
     manifest.write_text("".join(json.dumps(it) + "\n" for it in items), encoding="utf-8")
     summary = run_batch(manifest, tmp_path / "out", progress=False)
@@ -145,7 +156,8 @@ def test_web_maps_malformed_inputs_to_gr_errors_without_server_paths(verb, media
     settings = WebSettings()
     n_settings = len(app.settings())
     for kind, path in media["bad"].items():
-        values = [str(path) if i.kind == "video" else ("What?" if i.kind == "text" else "a\nb") for i in app.inputs]
+        values = [[str(path)] if i is media_input(app) and i.kind == "images" else str(path) if i is media_input(app)
+                  else ("What?" if i.kind == "text" else None if i.kind in ("image", "images") else "a\nb") for i in app.inputs]
         values += [None] * n_settings + [""] * len(app.components)
         with pytest.raises(gr.Error) as e:
             run_in_web(app, settings, tuple(values))

@@ -72,6 +72,11 @@ def present(out: BerniniOutput, s: dict) -> tuple:
     return text, path, out.plan_picture(), out.pictures()["frames"], s
 
 
+def preview(info: dict):
+    """The renderer's current clean-clip estimate (builtin: every step; the pipeline puts it in ``info``)."""
+    return info.get("preview")
+
+
 COMMON = dict(
     pipeline="pipelines.bernini.pipeline:BerniniPipeline",
     summarize=BerniniOutput.summary,
@@ -83,6 +88,7 @@ COMMON = dict(
     web_outputs=(("markdown", "result"), ("video", "video"), ("image", "plan (ViT tokens as colours) above the frames it describes"),
                  ("image", "frames"), ("json", "details")),
     web_present=present,
+    web_preview=preview,
 )
 
 GENERATE = PipelineApp(

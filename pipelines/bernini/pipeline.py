@@ -68,16 +68,16 @@ class BerniniConfig(PipelineConfig):
     denoising_steps: int | None = setting(None, help="flow-head Euler steps per revealed token (None: the task's default)", range=(1, 50))
     plan_text_cfg: float | None = setting(None, help="planner guidance on the instruction (None: the task's default; 1 = none)", range=(0.0, 20.0))
     plan_image_cfg: float | None = setting(None, help="planner guidance on the sources (None: the task's default; 1 = none)", range=(0.0, 20.0))
-    guidance_scale: float | None = setting(None, help="builtin renderer: one guidance scale, fully conditioned vs nothing (None: its config's)", range=(0.0, 20.0))
-    omega_video: float | None = setting(None, help="hf renderer: guidance on the source video (None: the task's table)", range=(0.0, 20.0))
-    omega_image: float | None = setting(None, help="hf renderer: guidance on all sources (None: the task's table)", range=(0.0, 20.0))
-    omega_text: float | None = setting(None, help="hf renderer: guidance on the text (None: the task's table)", range=(0.0, 20.0))
-    omega_plan: float | None = setting(None, help="hf renderer: guidance on the plan (None: the task's table)", range=(0.0, 20.0))
+    guidance_scale: float | None = setting(None, help="builtin renderer: one guidance scale, fully conditioned vs nothing (None: its config's; 1 = no guidance)", range=(0.0, 20.0))
+    guidance_video: float | None = setting(None, help="hf renderer: guidance on the source video (None: the task's table)", range=(0.0, 20.0))
+    guidance_image: float | None = setting(None, help="hf renderer: guidance on all sources (None: the task's table)", range=(0.0, 20.0))
+    guidance_text: float | None = setting(None, help="hf renderer: guidance on the text (None: the task's table)", range=(0.0, 20.0))
+    guidance_plan: float | None = setting(None, help="hf renderer: guidance on the plan (None: the task's table)", range=(0.0, 20.0))
     apg: str = setting("auto", help="hf renderer: adaptive projected guidance (auto: the task's table, on for rv2v)", choices=("auto", "on", "off"))
     flow_shift: float | None = setting(None, help="hf renderer: the sampler's flow shift (None: 5.0)", range=(0.01, 100.0))
     negative_prompt: str = setting("", help="what the text guidance steers away from (empty: nothing)")
     tiling: bool = setting(False, help="hf renderer: decode the VAE in tiles (less memory at large sizes)")
-    cpu_offload: bool = setting(False, help="hf renderer: keep each model on the CPU until it runs (less GPU memory, slower)")
+    cpu_offload: bool = setting(False, help="hf renderer: keep each model on the CPU until it runs (less GPU memory, slower)", flag="--offload")
 
     def __post_init__(self):
         self.check_fields()
@@ -337,8 +337,8 @@ class BerniniPipeline(Pipeline):
 
             d = HF_DEFAULTS[task]
             g = d.guidance
-            scales = dataclasses.replace(g, video=_pick(c.omega_video, g.video), image=_pick(c.omega_image, g.image),
-                                         text=_pick(c.omega_text, g.text), plan=_pick(c.omega_plan, g.plan))
+            scales = dataclasses.replace(g, video=_pick(c.guidance_video, g.video), image=_pick(c.guidance_image, g.image),
+                                         text=_pick(c.guidance_text, g.text), plan=_pick(c.guidance_plan, g.plan))
             apg = d.apg if c.apg == "auto" else c.apg == "on"
             steps = c.steps or d.steps
             shift = _pick(c.flow_shift, d.flow_shift)
