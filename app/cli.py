@@ -211,7 +211,8 @@ def _add_pipeline_verb(sub, app) -> None:
     models.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bfloat16 on CUDA, float32 otherwise)")
     models.add_argument("--seed", type=int, help="seed of the run's random generator (0 .. 2^63-1)")
     models.add_argument("--trust-remote-code", action="store_true", help="let a checkpoint run its own Python code (off by default)")
-    p.add_argument("-o", "--out", help=f"save {app.saved_files or 'the outputs'} in this folder")
+    p.add_argument("-o", "--out", help=f"save {app.saved_files or 'the outputs'} in this folder"
+                   + (" (or NAME.mp4: the clip there, the rest in the folder NAME/)" if app.video_output else ""))
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_common(p)
     p.set_defaults(func=_cmd_pipeline, app=app)
@@ -290,9 +291,34 @@ def _cmd_pipeline(args) -> int:
     values.update({k[len("component_"):]: v for k, v in vars(args).items() if k.startswith("component_") and v is not None})
     values.update(pipeline=args.pipeline, device=args.device, dtype=args.dtype, seed=args.seed,
                   trust_remote_code=args.trust_remote_code, progress=not args.no_progress)
-    _, summary = run_app(app, values, out_dir=args.out)
+    out_dir, video_file = args.out, _video_out(app, args.out)
+    if video_file is not None:
+        out_dir = video_file.with_suffix("")
+    _, summary = run_app(app, values, out_dir=out_dir)
+    if video_file is not None:
+        import shutil
+
+        from core.atomic import atomic_path
+
+        with atomic_path(video_file) as tmp:
+            shutil.copyfile(Path(summary["files"][f"{app.video_output}.mp4"]), tmp)
+        summary["files"] = {"video": str(video_file), **summary["files"]}
     _emit(args, summary, app.format(summary))
     return 0
+
+
+def _video_out(app, out: str | None) -> Path | None:
+    """``-o NAME.mp4`` for an app with a video output: the file, checked before any compute (an existing
+    one only when a run of ours wrote it, i.e. NAME/result.json is beside it); else None (a folder)."""
+    from core.errors import InputError
+    from core.paths import check_output_file
+
+    if not out or not app.video_output or Path(out).suffix.lower() != ".mp4":
+        return None
+    path = check_output_file(out, "--out", (".mp4",))
+    if path.exists() and not (path.with_suffix("") / "result.json").is_file():
+        raise InputError("--out", str(path), "exists and was not written by atelier; pass a new file name")
+    return path
 
 
 def _cmd_video_probe(args) -> int:

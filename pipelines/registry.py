@@ -135,6 +135,9 @@ class PipelineApp:
     web_examples: Callable[[], list[list]] | None = None
     web_check: Callable[[dict, dict], list[str]] | None = None
     web_preview: Callable[[dict], np.ndarray | None] | None = None
+    # the output field ``-o NAME.mp4`` writes (the other outputs go to the folder NAME/ beside it); None:
+    # -o is always a folder
+    video_output: str | None = None
 
     @property
     def pipeline_class(self) -> type:

@@ -11,6 +11,7 @@ from pipelines.registry import Input, PipelineApp
 GENERATE_EXAMPLES = """\
 examples:
   atelier generate "a red star bouncing to the left" -o gen/                 # t2v on the builtin models
+  atelier generate "a red star bouncing to the left" -o star.mp4             # the clip as star.mp4, the rest in star/
   atelier generate "a small green circle" --task t2i -o img/                 # one frame
   atelier generate "the ball rolls to the right" --ref ball.png -o r2v/     # 1-5 reference images
   atelier generate "a cat walks across a sofa" --renderer /models/Bernini-R-Diffusers --no-plan \\
@@ -89,6 +90,7 @@ COMMON = dict(
                  ("image", "frames"), ("json", "details")),
     web_present=present,
     web_preview=preview,
+    video_output="video",
 )
 
 GENERATE = PipelineApp(

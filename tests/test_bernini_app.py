@@ -1,0 +1,86 @@
+"""`atelier generate` / `atelier edit` on the shipped builtin models: folders and `-o NAME.mp4`, the batch
+verbs, the web tab's run with its preview, and the benchmark script at toy scale."""
+
+import json
+
+import numpy as np
+import pytest
+
+from app.batch import run_batch
+from app.cli import main
+from core.video import Video, write_video
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+FAST = ["--steps", "2", "--planning-steps", "2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    frames = np.full((20, 48, 64, 3), 40, np.uint8)
+    for i in range(20):
+        frames[i, 12:28, 2 + 2 * i : 18 + 2 * i] = (40, 60, 220)
+    return write_video(tmp_path_factory.mktemp("clip") / "blue square.mp4", frames, fps=12)
+
+
+def test_generate_to_a_folder_and_to_an_mp4(tmp_path, capsys):
+    assert main(["generate", "a red star bouncing to the left", "--seed", "3", "--json", "-o", str(tmp_path / "gen"), *FAST]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["task"] == "t2v" and res["seed"] == 3 and res["plan_grid"] == [4, 8, 8] and res["frames"] == 16
+    for name in ("video.mp4", "plan.png", "frames.png", "plan_tokens.npy", "result.json", "config.json"):
+        assert (tmp_path / "gen" / name).is_file(), name
+    assert json.loads((tmp_path / "gen" / "config.json").read_text())["steps"] == 2
+    assert main(["generate", "a red star bouncing to the left", "--seed", "3", "-o", str(tmp_path / "star.mp4"), *FAST]) == 0
+    assert "star.mp4" in capsys.readouterr().out
+    with Video(tmp_path / "star.mp4") as v:
+        assert len(v) == 16 and (v.info.height, v.info.width) == (64, 64)
+    assert (tmp_path / "star" / "plan.png").is_file()
+    # a second run may replace the mp4 it wrote, never someone else's
+    assert main(["generate", "a red star", "--seed", "3", "-o", str(tmp_path / "star.mp4"), *FAST]) == 0
+    (tmp_path / "mine.mp4").write_bytes(b"not ours")
+    assert main(["generate", "a red star", "-o", str(tmp_path / "mine.mp4"), *FAST]) == 2
+    assert (tmp_path / "mine.mp4").read_bytes() == b"not ours"
+
+
+def test_edit_and_reference_verbs_in_a_batch(clip, tmp_path):
+    from PIL import Image
+
+    ref = tmp_path / "ref.png"
+    Image.fromarray(np.full((32, 32, 3), (220, 40, 40), np.uint8)).save(ref)
+    fast = {"steps": 2, "planning_steps": 2, "seed": 0, "progress": False}
+    items = [{"id": "edit", "verb": "edit", "args": {"video": str(clip), "instruction": "make the blue square green", **fast}},
+             {"id": "rv2v", "verb": "edit", "args": {"video": str(clip), "instruction": "replace it with this", "references": [str(ref)], **fast}},
+             {"id": "r2v", "verb": "generate", "args": {"prompt": "the object in image 1 moves right", "references": [str(ref)], **fast}},
+             {"id": "six", "verb": "generate", "args": {"prompt": "dance", "references": [str(ref)] * 6, **fast}}]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(it) + "\n" for it in items))
+    summary = run_batch(manifest, tmp_path / "out", progress=False)
+    assert (summary.ok, summary.failed) == (3, 1)
+    status = {json.loads(line)["id"]: json.loads(line) for line in (tmp_path / "out" / "status.jsonl").read_text().splitlines()}
+    assert "1 to 5" in status["six"]["error"]
+    tasks = {k: json.loads((tmp_path / "out" / k / "result.json").read_text())["task"] for k in ("edit", "rv2v", "r2v")}
+    assert tasks == {"edit": "v2v", "rv2v": "rv2v", "r2v": "r2v"}
+
+
+def test_web_run_shows_previews_then_the_result():
+    pytest.importorskip("gradio")
+    from app.web import RunControl, WebSettings, stream_run
+    from pipelines.registry import get_app
+
+    app = get_app("generate")
+    names = [s.name for s in app.settings()]
+    values = ["a red star bouncing to the left", None, None] + [2 if n in ("steps", "planning_steps") else None for n in names] + ["", "", ""]
+    updates = list(stream_run(app, WebSettings(), tuple(values), RunControl(), interval=0.05))
+    final = updates[-1]
+    assert len(final) == 1 + len(app.web_outputs)
+    text, video, plan, frames, details = final[1:]
+    assert "t2v" in text and video.endswith(".mp4") and plan.ndim == 3 and frames.ndim == 3 and details["frames"] == 16
+
+
+def test_benchmark_at_toy_scale(tmp_path):
+    from benchmarks.bernini import main as bench
+
+    out = tmp_path / "bench"
+    assert bench(["--n", "1", "--tasks", "t2v,v2v", "--methods", "bernini,no_plan,copy_source", "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert {r["key"] for r in res["rows"]} == {"t2v:0:bernini", "t2v:0:no_plan", "v2v:0:bernini", "v2v:0:no_plan", "v2v:0:copy_source"}
+    assert res["summary"]["v2v/copy_source"]["psnr_outside_edit"] == 60.0
