@@ -87,6 +87,12 @@ def _score_vos(args: dict, out: Path) -> dict:
     return score.vos(**args).to_dict()
 
 
+def _score_pose(args: dict, out: Path) -> dict:
+    from app import score
+
+    return score.pose(**args).to_dict()
+
+
 def pipeline_verb(app) -> BatchVerb:
     """A registered pipeline as a batch verb: manifest ``args`` are its inputs, settings, component
     overrides and run options, by the same names as its CLI options (underscores for dashes)."""
@@ -110,6 +116,7 @@ VERBS: dict[str, BatchVerb] = {
         BatchVerb("video.sample", _video_sample, "uniform frames + contact sheet: args {video, n, height}"),
         BatchVerb("video.overlay", _video_overlay, "overlay video: args {video, masks|motion, caption}"),
         BatchVerb("score.vos", _score_vos, "DAVIS-2017 J/F/J&F of saved masks: args {pred, gt, unsupervised, bound_th}"),
+        BatchVerb("score.pose", _score_pose, "COCO keypoint AP/AR, OKS, PCK, MPJPE of saved keypoints: args {pred, gt, thresholds, normalise}"),
     )
 }
 VERBS.update({app.verb: pipeline_verb(app) for app in apps().values()})

@@ -21,7 +21,8 @@ Verbs:
   info       versions, device, backends, weights and the pipelines that exist
 {pipelines}
   video      video utilities: probe (metadata), sample (frames + contact sheet), overlay (masks/captions)
-  score      benchmark scorers that match the official evaluation code (vos: DAVIS-2017 J, F, J&F)
+  score      benchmark scorers that match the official evaluation code (vos: DAVIS-2017 J, F, J&F;
+             pose: COCO keypoint AP/AR and OKS by pycocotools, PCK, MPJPE)
   batch      run any verb over a JSONL manifest, resumably, one result folder per item
   worldgen   generate synthetic-world datasets (masks, keypoints, tasks) and preview galleries
   train      train a built-in model (vit, vlm) on worldgen, with evaluation and a model card
@@ -245,7 +246,7 @@ def _add_worldgen(sub) -> None:
 
 def _add_score(sub) -> None:
     """``atelier score SCORER``: benchmark scorers that match the official evaluation code, one sub-command each."""
-    score = sub.add_parser("score", help="benchmark scores that match the official evaluators (vos)",
+    score = sub.add_parser("score", help="benchmark scores that match the official evaluators (vos, pose)",
                            description="Score saved predictions against ground truth exactly as the official evaluation code does.")
     ssub = score.add_subparsers(dest="scorer", metavar="SCORER", required=True)
     p = ssub.add_parser("vos", help="J, F and J&F of video object masks (DAVIS-2017)", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -262,6 +263,20 @@ def _add_score(sub) -> None:
     p.add_argument("--bound-th", type=float, default=0.008, help="boundary tolerance: a fraction of the image diagonal, or pixels when >= 1 (default 0.008)")
     _add_common(p)
     p.set_defaults(func=_cmd_score_vos)
+    p = ssub.add_parser("pose", help="COCO keypoint AP/AR, OKS, PCK and MPJPE of COCO-17 keypoints", formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="Keypoint AP/AR by pycocotools' COCOeval (iouType keypoints, default params), per-person OKS,\n"
+                                    "PCK@t (t x box diagonal or torso length) and MPJPE in pixels. PRED is a COCO results list or a\n"
+                                    "COCO annotations file; GT a COCO keypoint annotations file. Persons pair by annotation id when\n"
+                                    "every prediction carries a GT id of its image, else greedily by OKS within each image.",
+                        epilog="examples:\n"
+                               "  atelier score pose results/keypoints_val2017_results.json annotations/person_keypoints_val2017.json\n"
+                               "  atelier score pose out/keypoints.coco.json target.coco.json --normalise torso --json")
+    p.add_argument("pred", metavar="PRED", help="predicted keypoints: COCO results .json or COCO annotations .json")
+    p.add_argument("gt", metavar="GT", help="ground-truth COCO keypoint annotations .json")
+    p.add_argument("--thresholds", type=float, nargs="+", default=[0.05, 0.1, 0.2], metavar="T", help="PCK thresholds as fractions of the scale (default 0.05 0.1 0.2)")
+    p.add_argument("--normalise", choices=("bbox", "torso"), default="bbox", help="PCK scale: GT keypoint box diagonal (default) or torso length")
+    _add_common(p)
+    p.set_defaults(func=_cmd_score_pose)
 
 
 # --------------------------------------------------------------------------- commands
@@ -402,6 +417,14 @@ def _cmd_score_vos(args) -> int:
     from app.score import vos
 
     result = vos(args.pred, args.gt, unsupervised=args.unsupervised, bound_th=args.bound_th)
+    _emit(args, result.to_dict(), result.format())
+    return 0
+
+
+def _cmd_score_pose(args) -> int:
+    from app.score import pose
+
+    result = pose(args.pred, args.gt, thresholds=args.thresholds, normalise=args.normalise)
     _emit(args, result.to_dict(), result.format())
     return 0
 
