@@ -165,19 +165,20 @@ VelocityFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 def sample_tokens(head: VelocityFn, z_cond: torch.Tensor, z_imgcond: torch.Tensor | None, z_uncond: torch.Tensor | None,
                   *, token_dim: int, steps: int, txt_scale: float, img_scale: float, generator: torch.Generator | None,
                   shift: float = HEAD_SHIFT, sigma_min: float = HEAD_SIGMA_MIN, sigma_max: float = HEAD_SIGMA_MAX,
-                  extra_one_step: bool = True) -> torch.Tensor:
+                  extra_one_step: bool = True, temperature: float = 1.0) -> torch.Tensor:
     """Euler-integrate the head's flow ODE from noise to tokens ``(n, token_dim)`` for conditions ``(n, C)``.
 
     One noise draw (from ``generator`` only) is shared by the three streams: each step evaluates the head
     on the same ``y`` under each stream's condition and follows ``three_stream_cfg``'s guided velocity
     (spec b.4). A stream passed as ``None`` is one ``needed_streams`` says the sum does not need: a missing
-    imgcond stands in as cond, a missing uncond has weight 0.
+    imgcond stands in as cond, a missing uncond has weight 0. ``temperature`` scales the initial noise
+    [PROPOSED, as MAR's sampling temperature: below 1 draws tokens nearer the head's mode].
     """
     n = z_cond.shape[0]
     if z_uncond is None and img_scale != 1:
         raise InputError("img_scale", img_scale, "needs the unconditional stream (pass z_uncond) unless it is 1")
     sigmas = sampling_sigmas(steps, shift, sigma_min, sigma_max, extra_one_step).to(z_cond.device)
-    y = flow.initial_noise((n, token_dim), generator=generator, device=z_cond.device, dtype=torch.float32)
+    y = flow.initial_noise((n, token_dim), generator=generator, device=z_cond.device, dtype=torch.float32) * temperature
     conds = [z_cond] + [z for z in (z_imgcond, z_uncond) if z is not None]
     z_all = torch.cat(conds)
     for k in range(steps):

@@ -96,6 +96,7 @@ class SemanticPlannerConfig:
     # inference [PORT]: planning_step 25, vit_denoising_step 3, vit_txt_cfg 1.4, vit_img_cfg 1.2
     planning_steps: int = 25
     denoising_steps: int = 3
+    temperature: float = 1.0  # the head's initial-noise scale [PROPOSED; 1 = the spec's plain sampling]
     txt_cfg: float = 1.4
     img_cfg: float = 1.2
     imgcond_without_sources: str = "cond"
@@ -461,7 +462,7 @@ class SemanticPlanner(nn.Module):
              grid: tuple[int, int, int] | None = None, steps: int | None = None, denoising_steps: int | None = None,
              txt_cfg: float | None = None, img_cfg: float | None = None, cot: bool | None = None,
              max_cot_tokens: int | None = None, generator: torch.Generator | int | None = None,
-             callback: StepCallback | None = None) -> PlanOutput:
+             callback: StepCallback | None = None, temperature: float | None = None) -> PlanOutput:
         """Plan the target's ViT tokens with the MaskGIT / MAR loop (spec b.4).
 
         ``request``: a ``PlanRequest``, or the prompt text (then ``prompt_embeds``, ``negative_prompt``,
@@ -482,6 +483,9 @@ class SemanticPlanner(nn.Module):
         grid, steps, denoising_steps, txt_cfg, img_cfg, max_cot_tokens = self._check_plan_args(
             grid, steps, denoising_steps, txt_cfg, img_cfg, max_cot_tokens, callback)
         g = _generator(generator)
+        temperature = c.temperature if temperature is None else temperature
+        if not _is_real(temperature) or temperature < 0:
+            raise InputError("temperature", temperature, "use a finite noise scale >= 0 (1 = plain sampling)")
         use_cot = c.cot if cot is None else bool(cot)
         n = grid[0] * grid[1] * grid[2]
 
@@ -511,7 +515,7 @@ class SemanticPlanner(nn.Module):
             return flow_head.sample_tokens(self.head, z[0], z_ic, z_u, token_dim=c.token_dim, steps=denoising_steps,
                                            txt_scale=txt_cfg, img_scale=img_cfg, generator=g, shift=c.head_shift,
                                            sigma_min=c.head_sigma_min, sigma_max=c.head_sigma_max,
-                                           extra_one_step=c.head_extra_one_step)
+                                           extra_one_step=c.head_extra_one_step, temperature=temperature)
 
         def write(positions: torch.Tensor, values: torch.Tensor) -> None:
             tokens[positions] = values
