@@ -126,6 +126,9 @@ def _setting_component(s):
     if s.pair:
         return gr.Textbox(value="" if s.default is None else " ".join(map(str, s.default)), label=label, info=info + " (H W)")
     low, high = s.range or (None, None)
+    if s.optional:  # None means "the pipeline's rule": a slider cannot be empty, a number box can
+        return gr.Number(value=s.default, label=label, info=info + " (empty: the default)", precision=0 if s.type is int else None,
+                         minimum=low, maximum=high)
     if s.type is int and low is not None and high is not None and high - low <= 256:
         return gr.Slider(low, high, value=s.default, step=1, label=label, info=info)
     if s.type is float and low is not None and high is not None and high <= 1:

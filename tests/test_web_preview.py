@@ -186,3 +186,15 @@ def test_cancel_through_a_real_server(monkeypatch):
         assert progress and progress[0].length == 1000
     finally:
         demo.close()
+
+
+def test_an_optional_setting_is_a_number_box_that_may_stay_empty():
+    """A slider cannot be empty: an optional bounded setting (None = the pipeline's rule) must not become
+    one, or the form would send its minimum (a 1-frame, 1-step run) instead of "use the default"."""
+    gr = pytest.importorskip("gradio")
+    from app.web import _setting_component
+    from pipelines.registry import Setting
+
+    box = _setting_component(Setting("num_frames", int, None, "frames", range=(1, 241), optional=True))
+    assert isinstance(box, gr.Number) and box.value is None
+    assert isinstance(_setting_component(Setting("grid", int, 8, "grid", range=(2, 32))), gr.Slider)

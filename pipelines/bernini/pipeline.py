@@ -138,7 +138,7 @@ def _frame_sheet(video: np.ndarray, columns: int = 8) -> np.ndarray:
 def _seed_of(generator: torch.Generator | None, given: Any) -> tuple[torch.Generator, int]:
     """The generator to draw from and the seed that reproduces it (a fresh random one when none is given)."""
     if generator is None:
-        seed = int(torch.randint(0, 2**62, (1,)).item())
+        seed = int(torch.randint(0, 2**31, (1,)).item())  # short enough to read back and to survive JSON in a browser
         return torch.Generator().manual_seed(seed), seed
     return generator, int(given) if isinstance(given, (int, np.integer)) else int(generator.initial_seed())
 
