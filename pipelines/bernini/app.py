@@ -34,8 +34,9 @@ at 64x64). Writes the same files as `atelier generate`.
 
 NOTE = ("Bernini plans the clip in ViT space first (a grid of image-feature tokens per plan frame, shown as colours), "
         "then renders it with a diffusion transformer. The built-in models know Atelier's synthetic world: flat "
-        "coloured shapes that move (\"a red star bouncing to the left\"), at 16 frames of 64x64; start the server "
-        "with real checkpoints for anything else.")
+        "coloured shapes that move (\"a red star bouncing to the left\"), at 16 frames of 64x64; their planner is still "
+        "weak, so expect rough, speckled clips (docs/bernini.md, measured). Start the server with real checkpoints for "
+        "anything else.")
 
 
 def run_generate(pipe: Any, inputs: dict, generator: Any = None, callback: Any = None) -> BerniniOutput:
