@@ -219,3 +219,58 @@ def training_parser(prog: str, description: str, default_out: str) -> "argparse.
     ap.add_argument("--no-resume", action="store_true")
     ap.add_argument("--eval-only", action="store_true", help="re-run the final evaluation of the model saved in --out")
     return ap
+
+
+# ---------------------------------------------------------------------------- scripts on a recipe (Bernini's)
+
+
+def check_run_dir(out: str | Path, kind: str, what: str) -> Path:
+    """A new or empty folder, or one holding an earlier run of ``kind`` (the ``model`` tag of its config.json /
+    train_config.json); an ``InputError`` otherwise. ``what`` names the run in the message ("renderer")."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError("--out", str(out), "that is a file; pass a folder for the run")
+    if out.is_dir() and any(out.iterdir()):
+        tags = set()
+        for name in ("config.json", TRAIN_CONFIG):
+            if (out / name).is_file():
+                try:
+                    tags.add(json.loads((out / name).read_text()).get("model"))
+                except (OSError, ValueError, AttributeError):
+                    tags.add("?")
+        if tags != {kind}:
+            raise InputError("--out", str(out), f"it holds {sorted(map(str, tags)) or 'other files'}, not an earlier {what} run; "
+                                                "pass a new or empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def script_recipe(cls: type[R], out: Path, args: argparse.Namespace, tiny: Callable[[Path], R], kind: str, provenance: str) -> R:
+    """A training script's recipe from its command line (``training_parser``'s options): ``--tiny``, else the
+    resumed run's, else the defaults, with ``--pool`` / ``--batch`` / ``--steps``; saved as train_config.json."""
+    resume = not args.no_resume and load_recipe(cls, out) is not None
+    recipe = run_recipe(cls, out, tiny(out) if args.tiny else None, resume, pool=args.pool, batch=args.batch)
+    if args.steps:
+        recipe = replace(recipe, train=replace(recipe.train, steps=args.steps))
+    write_json_atomic(out / TRAIN_CONFIG, {"model": kind, "recipe": cls.__name__, "provenance": provenance, **asdict(recipe)})
+    return recipe
+
+
+def earlier_run_facts(out: Path) -> dict:
+    """``steps``, ``train_minutes`` and ``sec_per_step`` of the run saved in ``out`` (for ``--eval-only``)."""
+    old = json.loads((out / "eval.json").read_text()) if (out / "eval.json").is_file() else {}
+    return {k: old.get(k) for k in ("steps", "train_minutes", "sec_per_step")}
+
+
+def finish_run(trainer: Any, out: Path, total_steps: int, minutes: float, final_eval: Callable[[Any, dict], Any]) -> int:
+    """After ``trainer.fit``: save the evaluated (EMA) model in ``out``; a run stopped early (``--stop-at``)
+    writes its last VAL evaluation, a finished one runs ``final_eval(model, facts)`` (TEST, card)."""
+    final = trainer.eval_model().eval()
+    final.save_pretrained(out)
+    facts = {"steps": trainer.step, "train_minutes": round(minutes, 2), "sec_per_step": sec_per_step(trainer.history)}
+    if trainer.step < total_steps:
+        logger.info("stopped at step %d of %d; resume with the same --out", trainer.step, total_steps)
+        write_json_atomic(out / "eval.json", {**facts, "val": trainer.history[-1].get("eval") if trainer.history else None})
+        return 0
+    final_eval(final, facts)
+    return 0

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,7 @@ from planners.semantic import PlanExample, PlanRequest, SemanticPlanner, Semanti
 from planners.semantic.backbones import TinyBackboneConfig
 from planners.semantic.layout import VisualTokens
 from training.bernini_data import DEFAULT_CACHE, TASKS, DataConfig, Pool, load_pools
-from training.common import design_notes, load_recipe, run_recipe, sec_per_step, training_parser
+from training.common import check_run_dir, design_notes, earlier_run_facts, finish_run, script_recipe, training_parser
 from training.loop import TrainConfig, Trainer
 from training.renderer import TextStates
 
@@ -206,40 +206,17 @@ def final_eval(out: Path, recipe: PlannerRecipe, model: SemanticPlanner, texts: 
     return ev
 
 
-def check_out(out: Path) -> Path:
-    """A new or empty folder, or one holding an earlier planner run; an ``InputError`` otherwise."""
-    if out.exists() and not out.is_dir():
-        raise InputError("--out", str(out), "that is a file; pass a folder for the run")
-    if out.is_dir() and any(out.iterdir()):
-        tag = None
-        if (out / "train_config.json").is_file():
-            try:
-                tag = json.loads((out / "train_config.json").read_text()).get("model")
-            except (OSError, ValueError, AttributeError):
-                tag = "?"
-        if tag != KIND:
-            raise InputError("--out", str(out), "it holds something other than an earlier planner run; pass a new or empty folder")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
 def main(argv=None) -> int:
     ap = training_parser("python -m training.planner", "Train the builtin Bernini planner on worldgen plan targets.", "outputs/train/planner")
     ap.add_argument("--stop-at", type=int, help="stop at this step (checkpointed; resume later with the same --steps)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    out = check_out(Path(args.out))
-    resume = not args.no_resume and load_recipe(PlannerRecipe, out) is not None
-    recipe = run_recipe(PlannerRecipe, out, tiny_recipe(out) if args.tiny else None, resume, pool=args.pool, batch=args.batch)
-    if args.steps:
-        recipe = replace(recipe, train=replace(recipe.train, steps=args.steps))
-    write_json_atomic(out / "train_config.json", {"model": KIND, "recipe": type(recipe).__name__, "provenance": "python -m training.planner",
-                                                  **asdict(recipe)})
+    out = check_run_dir(args.out, KIND, "planner")
+    recipe = script_recipe(PlannerRecipe, out, args, tiny_recipe, KIND, "python -m training.planner")
     texts = TextStates()
     torch.set_num_threads(recipe.train.threads or 1)
     if args.eval_only:
-        old = json.loads((out / "eval.json").read_text()) if (out / "eval.json").is_file() else {}
-        final_eval(out, recipe, SemanticPlanner.from_pretrained(out), texts, {k: old.get(k) for k in ("steps", "train_minutes", "sec_per_step")})
+        final_eval(out, recipe, SemanticPlanner.from_pretrained(out), texts, earlier_run_facts(out))
         return 0
     t_start = time.perf_counter()
     pools = load_pools("train", recipe.seed, recipe.pool, recipe.data, cache_dir=recipe.cache, workers=recipe.workers)
@@ -251,16 +228,8 @@ def main(argv=None) -> int:
     if not args.no_resume:
         trainer.load_checkpoint()
     trainer.fit(Batches(pools, texts, recipe, trainer.step), until=args.stop_at)
-    final = trainer.eval_model().eval()
-    final.save_pretrained(out)
-    minutes = (time.perf_counter() - t_start) / 60
-    extra = {"steps": trainer.step, "train_minutes": round(minutes, 2), "sec_per_step": sec_per_step(trainer.history)}
-    if trainer.step < recipe.train.steps:
-        logger.info("stopped at step %d of %d; resume with the same --out", trainer.step, recipe.train.steps)
-        write_json_atomic(out / "eval.json", {**extra, "val": trainer.history[-1].get("eval") if trainer.history else None})
-        return 0
-    final_eval(out, recipe, final, texts, extra)
-    return 0
+    return finish_run(trainer, out, recipe.train.steps, (time.perf_counter() - t_start) / 60,
+                      lambda final, facts: final_eval(out, recipe, final, texts, facts))
 
 
 if __name__ == "__main__":

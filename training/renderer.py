@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +48,7 @@ from training.bernini_data import (
     edit_region,
     load_pools,
 )
-from training.common import design_notes, load_recipe, run_recipe, sec_per_step, training_parser
+from training.common import check_run_dir, design_notes, earlier_run_facts, finish_run, script_recipe, training_parser
 from training.loop import TrainConfig, Trainer
 
 logger = logging.getLogger(__name__)
@@ -287,42 +287,16 @@ def final_eval(out: Path, recipe: RendererRecipe, model: BuiltinRenderer, texts:
     return ev
 
 
-def check_out(out: Path) -> Path:
-    """A new or empty folder, or one holding an earlier renderer run; an ``InputError`` otherwise."""
-    if out.exists() and not out.is_dir():
-        raise InputError("--out", str(out), "that is a file; pass a folder for the run")
-    if out.is_dir() and any(out.iterdir()):
-        tags = set()
-        for name in ("config.json", "train_config.json"):
-            if (out / name).is_file():
-                try:
-                    tags.add(json.loads((out / name).read_text()).get("model"))
-                except (OSError, ValueError, AttributeError):
-                    tags.add("?")
-        if tags != {KIND}:
-            raise InputError("--out", str(out), f"it holds {sorted(map(str, tags)) or 'other files'}, not an earlier renderer run; "
-                                                "pass a new or empty folder")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
 def main(argv=None) -> int:
     ap = training_parser("python -m training.renderer", "Train the builtin Bernini renderer on worldgen with GT plans.", "outputs/train/renderer")
     ap.add_argument("--stop-at", type=int, help="stop at this step (checkpointed; resume later with the same --steps)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    out = check_out(Path(args.out))
-    resume = not args.no_resume and load_recipe(RendererRecipe, out) is not None
-    recipe = run_recipe(RendererRecipe, out, tiny_recipe(out) if args.tiny else None, resume, pool=args.pool, batch=args.batch)
-    if args.steps:
-        recipe = replace(recipe, train=replace(recipe.train, steps=args.steps))
-    write_json_atomic(out / "train_config.json", {"model": KIND, "recipe": type(recipe).__name__, "provenance": "python -m training.renderer",
-                                                  **asdict(recipe)})
+    out = check_run_dir(args.out, KIND, "renderer")
+    recipe = script_recipe(RendererRecipe, out, args, tiny_recipe, KIND, "python -m training.renderer")
     texts = TextStates()
     if args.eval_only:
-        old = json.loads((out / "eval.json").read_text()) if (out / "eval.json").is_file() else {}
-        keep = {k: old.get(k) for k in ("steps", "train_minutes", "sec_per_step")}
-        final_eval(out, recipe, BuiltinRenderer.from_pretrained(out), texts, keep)
+        final_eval(out, recipe, BuiltinRenderer.from_pretrained(out), texts, earlier_run_facts(out))
         return 0
     t_start = time.perf_counter()
     torch.set_num_threads(recipe.train.threads or 1)
@@ -341,16 +315,8 @@ def main(argv=None) -> int:
     if not args.no_resume:
         trainer.load_checkpoint()
     trainer.fit(Batches(pools, texts, recipe, trainer.step), until=args.stop_at)
-    final = trainer.eval_model().eval()
-    final.save_pretrained(out, {"steps": trainer.step})
-    minutes = (time.perf_counter() - t_start) / 60
-    extra = {"steps": trainer.step, "train_minutes": round(minutes, 2), "sec_per_step": sec_per_step(trainer.history)}
-    if trainer.step < recipe.train.steps:
-        logger.info("stopped at step %d of %d; resume with the same --out", trainer.step, recipe.train.steps)
-        write_json_atomic(out / "eval.json", {**extra, "val": trainer.history[-1].get("eval") if trainer.history else None})
-        return 0
-    final_eval(out, recipe, final, texts, extra)
-    return 0
+    return finish_run(trainer, out, recipe.train.steps, (time.perf_counter() - t_start) / 60,
+                      lambda final, facts: final_eval(out, recipe, final, texts, facts))
 
 
 if __name__ == "__main__":
