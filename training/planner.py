@@ -38,7 +38,7 @@ from planners.semantic import PlanExample, PlanRequest, SemanticPlanner, Semanti
 from planners.semantic.backbones import TinyBackboneConfig
 from planners.semantic.layout import VisualTokens
 from training.bernini_data import DEFAULT_CACHE, TASKS, DataConfig, Pool, load_pools
-from training.common import check_run_dir, design_notes, earlier_run_facts, finish_run, script_recipe, training_parser
+from training.common import check_run_dir, design_notes, earlier_run_facts, finish_run, parse_script, script_recipe
 from training.loop import TrainConfig, Trainer
 from training.renderer import TextStates
 
@@ -207,10 +207,7 @@ def final_eval(out: Path, recipe: PlannerRecipe, model: SemanticPlanner, texts: 
 
 
 def main(argv=None) -> int:
-    ap = training_parser("python -m training.planner", "Train the builtin Bernini planner on worldgen plan targets.", "outputs/train/planner")
-    ap.add_argument("--stop-at", type=int, help="stop at this step (checkpointed; resume later with the same --steps)")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    args = parse_script("python -m training.planner", "Train the builtin Bernini planner on worldgen plan targets.", "outputs/train/planner", argv)
     out = check_run_dir(args.out, KIND, "planner")
     recipe = script_recipe(PlannerRecipe, out, args, tiny_recipe, KIND, "python -m training.planner")
     texts = TextStates()

@@ -48,7 +48,7 @@ from training.bernini_data import (
     edit_region,
     load_pools,
 )
-from training.common import check_run_dir, design_notes, earlier_run_facts, finish_run, script_recipe, training_parser
+from training.common import check_run_dir, design_notes, earlier_run_facts, finish_run, parse_script, script_recipe
 from training.loop import TrainConfig, Trainer
 
 logger = logging.getLogger(__name__)
@@ -288,10 +288,7 @@ def final_eval(out: Path, recipe: RendererRecipe, model: BuiltinRenderer, texts:
 
 
 def main(argv=None) -> int:
-    ap = training_parser("python -m training.renderer", "Train the builtin Bernini renderer on worldgen with GT plans.", "outputs/train/renderer")
-    ap.add_argument("--stop-at", type=int, help="stop at this step (checkpointed; resume later with the same --steps)")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    args = parse_script("python -m training.renderer", "Train the builtin Bernini renderer on worldgen with GT plans.", "outputs/train/renderer", argv)
     out = check_run_dir(args.out, KIND, "renderer")
     recipe = script_recipe(RendererRecipe, out, args, tiny_recipe, KIND, "python -m training.renderer")
     texts = TextStates()
