@@ -231,15 +231,9 @@ def check_run_dir(out: str | Path, kind: str, what: str) -> Path:
     if out.exists() and not out.is_dir():
         raise InputError("--out", str(out), "that is a file; pass a folder for the run")
     if out.is_dir() and any(out.iterdir()):
-        tags = set()
-        for name in ("config.json", TRAIN_CONFIG):
-            if (out / name).is_file():
-                try:
-                    tags.add(json.loads((out / name).read_text()).get("model"))
-                except (OSError, ValueError, AttributeError):
-                    tags.add("?")
+        tags = _tags(out)
         if tags != {kind}:
-            raise InputError("--out", str(out), f"it holds {sorted(map(str, tags)) or 'other files'}, not an earlier {what} run; "
+            raise InputError("--out", str(out), f"it holds {sorted(tags) or 'other files'}, not an earlier {what} run; "
                                                 "pass a new or empty folder")
     out.mkdir(parents=True, exist_ok=True)
     return out

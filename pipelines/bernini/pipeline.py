@@ -35,7 +35,7 @@ from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutp
 from pipelines.bernini.tasks import HF_DEFAULTS, MAX_REFERENCES, TASKS, infer_task
 
 MAX_PROMPT_CHARS = 2000
-MAX_SOURCE_FRAMES = 241
+MAX_FRAMES = 241
 
 
 @runtime_checkable
@@ -60,7 +60,7 @@ class BerniniConfig(PipelineConfig):
                         choices=("auto", *TASKS))
     plan: bool = setting(True, help="plan the target in ViT space first (off: the renderer alone, from the text)")
     cot: bool = setting(True, help="let the planner write its chain of thought before the plan, if it was trained to (off: skip it)")
-    num_frames: int | None = setting(None, help="frames of the output (None: the task's default; Wan needs 4k+1)", range=(1, MAX_SOURCE_FRAMES))
+    num_frames: int | None = setting(None, help="frames of the output (None: the task's default; Wan needs 4k+1)", range=(1, MAX_FRAMES))
     height: int | None = setting(None, help="output height in pixels (None: the renderer's default)", range=(16, 1280))
     width: int | None = setting(None, help="output width in pixels (None: the renderer's default)", range=(16, 1280))
     steps: int | None = setting(None, help="renderer sampling steps (None: builtin 12, hf 40)", range=(1, 200))
@@ -215,8 +215,8 @@ class BerniniPipeline(Pipeline):
         return resize_frames(frame[None], size)[0]
 
     @staticmethod
-    def _video(value: Any, frames: int | None, size: tuple[int, int] | None) -> np.ndarray:
-        """``frames`` frames sampled evenly over the source (all when None, at most MAX_SOURCE_FRAMES), resized."""
+    def _video(value: Any, frames: int, size: tuple[int, int]) -> np.ndarray:
+        """``frames`` frames sampled evenly over the source (a shorter one held on its last frame), resized."""
         from core.frames import resize_frames
         from core.video import Video
 
@@ -224,15 +224,13 @@ class BerniniPipeline(Pipeline):
             raise InputError("video", getattr(value, "shape", value), "pass a uint8 RGB clip (T, H, W, 3) or a video path")
         with Video(value) as v:
             n = len(v)
-            k = min(n, frames or n, MAX_SOURCE_FRAMES)
-            if size is not None:
-                check_allocation("video", f"{k} frames", k * (v.info.height * v.info.width + size[0] * size[1]) * 3,
-                                 "pass a shorter clip or fewer num_frames")
-            idx = [int(i) for i in np.linspace(0, n - 1, k).round()]
-            clip = np.asarray(v.get_frames(idx))
-        if frames is not None and len(clip) < frames:  # a short source is held on its last frame
+            k = min(n, frames)
+            check_allocation("video", f"{k} frames", k * (v.info.height * v.info.width + size[0] * size[1]) * 3,
+                             "pass a shorter clip or fewer num_frames")
+            clip = np.asarray(v.get_frames([int(i) for i in np.linspace(0, n - 1, k).round()]))
+        if len(clip) < frames:
             clip = np.concatenate([clip, np.repeat(clip[-1:], frames - len(clip), 0)])
-        return clip if size is None else resize_frames(clip, size)
+        return resize_frames(clip, size)
 
     # ---- the call
 
