@@ -41,6 +41,8 @@ weights: $(STAMP)
 	$(PY) -m training.vlm --out weights/builtin/vlm --vit weights/builtin/vit
 	$(PY) -m training.renderer --out weights/builtin/renderer
 	$(PY) -m training.planner --out weights/builtin/planner
+	$(PY) -m training.skeleton_planner --out weights/builtin/skeleton_planner
+	$(PY) -m training.motion_renderer --out weights/builtin/motion_renderer
 
 clean:
 	rm -rf outputs .pytest_cache

@@ -214,6 +214,8 @@ def _add_pipeline_verb(sub, app) -> None:
     models.add_argument("--trust-remote-code", action="store_true", help="let a checkpoint run its own Python code (off by default)")
     p.add_argument("-o", "--out", help=f"save {app.saved_files or 'the outputs'} in this folder"
                    + (" (or NAME.mp4: the clip there, the rest in the folder NAME/)" if app.video_output else ""))
+    for flag, _, text in app.file_outputs:
+        p.add_argument(flag, dest=f"fileout_{flag.lstrip('-').replace('-', '_')}", metavar="FILE", help=text)
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_common(p)
     p.set_defaults(func=_cmd_pipeline, app=app)
@@ -306,20 +308,65 @@ def _cmd_pipeline(args) -> int:
     values.update({k[len("component_"):]: v for k, v in vars(args).items() if k.startswith("component_") and v is not None})
     values.update(pipeline=args.pipeline, device=args.device, dtype=args.dtype, seed=args.seed,
                   trust_remote_code=args.trust_remote_code, progress=not args.no_progress)
+    import shutil
+    import tempfile
+
+    from core.atomic import atomic_path
+
     out_dir, video_file = args.out, _video_out(app, args.out)
     if video_file is not None:
         out_dir = video_file.with_suffix("")
-    _, summary = run_app(app, values, out_dir=out_dir)
-    if video_file is not None:
-        import shutil
-
-        from core.atomic import atomic_path
-
-        with atomic_path(video_file) as tmp:
-            shutil.copyfile(Path(summary["files"][f"{app.video_output}.mp4"]), tmp)
-        summary["files"] = {"video": str(video_file), **summary["files"]}
+    extra = _file_outputs(app, args)
+    scratch = None
+    if extra and out_dir is None:  # the run needs a folder to save into before its files are copied out
+        scratch = out_dir = tempfile.mkdtemp(prefix="atelier-run-")
+    try:
+        _, summary = run_app(app, values, out_dir=out_dir)
+        if video_file is not None:
+            with atomic_path(video_file) as tmp:
+                shutil.copyfile(Path(summary["files"][f"{app.video_output}.mp4"]), tmp)
+            summary["files"] = {"video": str(video_file), **summary["files"]}
+        for name, path in extra.items():
+            if name not in summary["files"]:
+                print(f"atelier: this run wrote no {name}; {path} was not written", file=sys.stderr)
+                continue
+            with atomic_path(path) as tmp:
+                shutil.copyfile(summary["files"][name], tmp)
+            summary["files"] = {**summary["files"], f"{name} (copy)": str(path)}
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if scratch is not None:  # only the copies remain
+        summary["files"] = {k: v for k, v in summary["files"].items() if not str(v).startswith(scratch)}
     _emit(args, summary, app.format(summary))
     return 0
+
+
+def _file_outputs(app, args) -> dict[str, Path]:
+    """The extra files asked for (``app.file_outputs``), each checked before any compute: a new file, or one
+    an earlier run of ours wrote (same kind of JSON), never something else."""
+    from core.errors import InputError
+    from core.paths import check_output_file
+
+    out = {}
+    for flag, name, _ in app.file_outputs:
+        value = getattr(args, f"fileout_{flag.lstrip('-').replace('-', '_')}", None)
+        if not value:
+            continue
+        path = check_output_file(value, flag, tuple(Path(name).suffixes[-1:]))
+        if path.exists() and not _ours(path):
+            raise InputError(flag, str(path), "exists and was not written by atelier; pass a new file name")
+        out[name] = path
+    return out
+
+
+def _ours(path: Path) -> bool:
+    """A COCO keypoint file this program writes (``pipelines.base``'s keypoint saver): annotations + the person category."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and set(data) == {"annotations", "categories"} and data["categories"] == [{"id": 1, "name": "person"}]
 
 
 def _video_out(app, out: str | None) -> Path | None:

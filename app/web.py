@@ -140,8 +140,26 @@ def _output_component(kind: str, label: str):
     import gradio as gr
 
     makers = {"markdown": lambda: gr.Markdown(label=label), "image": lambda: gr.Image(label=label, type="numpy"),
-              "label": lambda: gr.Label(label=label), "json": lambda: gr.JSON(label=label), "video": lambda: gr.Video(label=label)}
+              "label": lambda: gr.Label(label=label), "json": lambda: gr.JSON(label=label), "video": lambda: gr.Video(label=label),
+              "frames": lambda: _frames_component(label)}
     return makers[kind]()
+
+
+def _frames_component(label: str):
+    """A list of images shown one at a time under a slider: the run fills the returned State."""
+    import gradio as gr
+
+    frames = gr.State([])
+    image = gr.Image(label=label, type="numpy", interactive=False)
+    slider = gr.Slider(0, 1, value=0, step=1, label="frame")
+
+    def show(items, i=0):
+        i = int(i or 0)
+        return items[i] if items and 0 <= i < len(items) else None
+
+    frames.change(lambda items: (show(items), gr.update(maximum=max(len(items or []) - 1, 1), value=0)), frames, [image, slider])
+    slider.change(show, [frames, slider], image)
+    return frames
 
 
 VLM_LOADERS = ("planners.loading:load_vlm", "planners.loading:load_selector")

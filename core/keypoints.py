@@ -1,10 +1,14 @@
-"""Keypoints: COCO-17 inside, converters from MediaPipe-33 and OpenPose-18, COCO JSON in and out.
+"""Keypoints: COCO-17 inside, converters from MediaPipe-33 and OpenPose-18, COCO JSON and planner text in and out.
 
 Arrays are ``float32`` ``(..., 17, 3)`` holding ``(x, y, v)`` in pixels. ``v`` keeps COCO's meaning:
 0 = absent / not labelled, 1 = labelled but occluded, 2 = visible.
 """
 
 from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -109,3 +113,115 @@ def keypoints_box(kp: np.ndarray) -> tuple[float, float, float, float] | None:
     if len(present) == 0:
         return None
     return float(present[:, 0].min()), float(present[:, 1].min()), float(present[:, 0].max()), float(present[:, 1].max())
+
+
+# ---- skeletons as text (a planner's prompt and answer; specs/anymotion.md b.3) ----------------------------
+
+SKELETON_OPEN, SKELETON_CLOSE = "<skeleton>", "</skeleton>"
+_SKELETON_BLOCK = re.compile(re.escape(SKELETON_OPEN) + r"(.*?)" + re.escape(SKELETON_CLOSE), re.DOTALL)
+_SKELETON_ENTRY = re.compile(r"f(\d+)\s*:\s*(\[[\[\]\d,\s+\-]*\])")
+
+
+def _check_size(width: int, height: int, bins: int) -> None:
+    for name, v in (("width", width), ("height", height), ("bins", bins)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InputError(name, v, "pass a positive integer")
+
+
+def _excerpt(text: str, n: int = 60) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def keypoints_to_text(kp: np.ndarray, width: int, height: int, bins: int = 1000,
+                      frames: Sequence[int] | None = None) -> str:
+    """COCO-17 keyframes ``(K, 17, 3)`` in pixels as planner text (spec b.3, Qwen2.5-VL grounding style).
+
+    Layout, one line per keyframe, joints in ``COCO17_NAMES`` order, no spaces inside a line::
+
+        <skeleton>
+        f0: [[512,210,2],[530,195,2],[-1,-1,0],...]
+        f12: [[514,208,2],...]
+        </skeleton>
+
+    ``f{i}`` is the keyframe's frame index (``frames``; default ``0..K-1``). ``x, y`` are integers in
+    ``[0, bins)``: the bin of ``x / width`` (``y / height``), a joint outside the image clamped to the border
+    bin. ``v`` is kept as 0 / 1 / 2 (any ``v > 0`` counts as labelled and is rounded into 1..2); an
+    unlabelled joint (``v <= 0``) is written ``[-1,-1,0]``.
+    ``text_to_keypoints`` decodes to the bin centres, so a joint inside the image comes back within
+    ``0.5 * side / bins`` pixels and re-encoding the decoded keypoints gives the same text.
+    """
+    _check_size(width, height, bins)
+    kp = _check(kp, 17, "kp")
+    if kp.ndim == 2:
+        kp = kp[None]
+    if kp.ndim != 3 or len(kp) < 1:
+        raise InputError("kp", f"array of shape {kp.shape}", "pass keyframes shaped (K, 17, 3)")
+    if not np.isfinite(kp).all():
+        raise InputError("kp", "non-finite values", "keypoints must be finite")
+    frames = list(range(len(kp))) if frames is None else [int(f) for f in frames]
+    if len(frames) != len(kp) or min(frames) < 0 or len(set(frames)) != len(frames):
+        raise InputError("frames", frames, f"pass {len(kp)} distinct non-negative frame indices, one per keyframe")
+    # v > 0 is labelled (the package's convention), written as COCO's 1 (occluded) or 2 (visible)
+    v = np.where(kp[..., 2] > 0, np.clip(np.rint(kp[..., 2]), 1, 2), 0).astype(int)
+    qx = np.clip(np.floor(kp[..., 0] / width * bins), 0, bins - 1).astype(int)
+    qy = np.clip(np.floor(kp[..., 1] / height * bins), 0, bins - 1).astype(int)
+    lines = []
+    for f, xs, ys, vs in zip(frames, qx, qy, v):
+        joints = ",".join(f"[{x},{y},{vv}]" if vv > 0 else "[-1,-1,0]" for x, y, vv in zip(xs, ys, vs))
+        lines.append(f"f{f}: [{joints}]")
+    return "\n".join([SKELETON_OPEN, *lines, SKELETON_CLOSE])
+
+
+def parse_skeleton_text(text: str, width: int, height: int, bins: int = 1000) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``<skeleton>...</skeleton>`` block of ``text`` (``keypoints_to_text``'s layout) as
+    ``(frame indices (K,) int64, keypoints (K, 17, 3) float32 pixels)``, sorted by frame index.
+
+    Coordinates decode to bin centres; ``[-1,-1,0]`` (any joint with ``v == 0``) decodes to ``(0, 0, 0)``.
+    Raises ``InputError("skeleton", excerpt, fix)`` for anything malformed: no block, text other than
+    ``f{i}: [...]`` entries inside it, not 17 joints of 3 integers, ``v`` outside 0 / 1 / 2, a labelled
+    joint outside ``[0, bins)``, a repeated frame index.
+    """
+    _check_size(width, height, bins)
+    if not isinstance(text, str):
+        raise InputError("skeleton", type(text).__name__, "pass the skeleton text as a string")
+    block = _SKELETON_BLOCK.search(text)
+    if block is None:
+        raise InputError("skeleton", _excerpt(text), f"wrap the keyframes in {SKELETON_OPEN}...{SKELETON_CLOSE}")
+    body = block.group(1)
+    entries = list(_SKELETON_ENTRY.finditer(body))
+    leftover = _SKELETON_ENTRY.sub("", body)
+    if not entries or leftover.strip(" \t\r\n;"):
+        bad = leftover.strip() or body
+        raise InputError("skeleton", _excerpt(bad), "write one 'f{frame}: [[x,y,v], ...17 joints]' line per keyframe")
+    frames, out = [], []
+    for m in entries:
+        try:
+            joints = json.loads(m.group(2))
+        except ValueError:
+            raise InputError("skeleton", _excerpt(m.group(0)), "each keyframe is a JSON list of 17 [x,y,v] integer triples") from None
+        if (not isinstance(joints, list) or len(joints) != 17
+                or not all(isinstance(j, list) and len(j) == 3 and all(type(c) is int for c in j) for j in joints)):
+            raise InputError("skeleton", _excerpt(m.group(0)), "each keyframe needs exactly 17 [x,y,v] integer triples")
+        rows = np.zeros((17, 3), np.float32)
+        for i, (x, y, v) in enumerate(joints):
+            if v not in (0, 1, 2):
+                raise InputError("skeleton", f"f{m.group(1)} {COCO17_NAMES[i]} v={v}", "v must be 0, 1 or 2")
+            if v == 0:
+                continue
+            if not (0 <= x < bins and 0 <= y < bins):
+                raise InputError("skeleton", f"f{m.group(1)} {COCO17_NAMES[i]} [{x},{y},{v}]",
+                                 f"labelled coordinates are integers in [0, {bins}); write [-1,-1,0] for a joint not seen")
+            rows[i] = ((x + 0.5) / bins * width, (y + 0.5) / bins * height, v)
+        frames.append(int(m.group(1)))
+        out.append(rows)
+    if len(set(frames)) != len(frames):
+        raise InputError("skeleton", f"frames {frames}", "write each keyframe once")
+    order = np.argsort(frames, kind="stable")
+    return np.asarray(frames, np.int64)[order], np.stack(out)[order]
+
+
+def text_to_keypoints(text: str, width: int, height: int, bins: int = 1000) -> np.ndarray:
+    """``keypoints_to_text``'s inverse: the keyframes ``(K, 17, 3)`` in pixels, in frame order (see
+    ``parse_skeleton_text``, which also returns the frame indices)."""
+    return parse_skeleton_text(text, width, height, bins)[1]

@@ -148,4 +148,15 @@ def render_heatmaps(keypoints, height: int, width: int, sigma: float | None = No
     return out[0] if rank == 2 else out
 
 
-__all__ = ["LIMB_COLORS", "OPENPOSE_COLORS", "OPENPOSE_LIMBS", "default_sigma", "default_thickness", "render_heatmaps", "render_limbs"]
+POSE_MAP_CHANNELS = 20  # pose_maps: 3 limb-map channels + 17 joint heatmaps
+
+
+def pose_maps(keypoints, height: int, width: int, min_visibility: float = 1.0) -> np.ndarray:
+    """What a pose-guided renderer reads per frame (AnyMotion spec b.5): float32 ``(T, H, W, 20)`` (``(H, W, 20)``
+    for ``(17, 3)``), the limb map in [0, 1] (3 channels: which limb by its colour) then the 17 joint heatmaps."""
+    limbs = render_limbs(keypoints, height, width, min_visibility=min_visibility).astype(np.float32) / 255.0
+    heat = np.moveaxis(render_heatmaps(keypoints, height, width, min_visibility=min_visibility), -3, -1)
+    return np.concatenate([limbs, heat], -1)
+
+
+__all__ = ["LIMB_COLORS", "POSE_MAP_CHANNELS", "pose_maps", "OPENPOSE_COLORS", "OPENPOSE_LIMBS", "default_sigma", "default_thickness", "render_heatmaps", "render_limbs"]

@@ -28,6 +28,7 @@ PIPELINE_APPS: dict[str, str] = {
     "segment": "pipelines.clear.app:APP",
     "generate": "pipelines.bernini.app:GENERATE",
     "edit": "pipelines.bernini.app:EDIT",
+    "motion": "pipelines.anymotion.app:APP",
 }
 
 INPUT_KINDS = ("video", "image", "images", "text", "texts")
@@ -113,6 +114,7 @@ class PipelineApp:
     rows (created on first use), ``web_check(inputs, settings)`` warnings shown before the run,
     ``web_preview(info)`` an RGB uint8 image shown while the pipeline runs, from a loop step's
     ``callback_on_step_end`` info (None: no new image). It runs inside the loop, so keep it cheap.
+    A ``frames`` output takes a list of images and shows one at a time under a slider.
     """
 
     verb: str
@@ -138,6 +140,9 @@ class PipelineApp:
     # the output field ``-o NAME.mp4`` writes (the other outputs go to the folder NAME/ beside it); None:
     # -o is always a folder
     video_output: str | None = None
+    # extra files a user can ask for on the CLI: ``(flag, file the run saves in its folder, help)``; the run's
+    # file is copied to the path given (checked before any compute)
+    file_outputs: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def pipeline_class(self) -> type:

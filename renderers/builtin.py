@@ -101,6 +101,10 @@ class BuiltinRendererConfig:
     steps: int = 12
     sample_shift: float = 1.0
     guidance_scale: float = 2.0  # guidance="auto": base vs fully conditioned, one scale (see generate)
+    # AnyMotion's pose-guided mode (spec b.5); 0 / False leave Bernini's renderer as it was
+    pose_channels: int = 0  # channels of a spatially aligned per-frame pose map (core.skeleton.pose_maps: 20)
+    query_dim: int = 0  # width of MetaQuery states read by cross-attention beside the text
+    source_residual: bool = False  # [PROPOSED] x0 = source frame + the network's output, where a source clip is in the row
 
     def __post_init__(self) -> None:
         for name in ("image_size", "num_frames", "patch", "width", "depth", "heads", "mlp_ratio", "text_dim",
@@ -116,6 +120,12 @@ class BuiltinRendererConfig:
             raise InputError("attention", self.attention, "use 'factorised' or 'full'")
         if self.prediction not in ("x", "v"):
             raise InputError("prediction", self.prediction, "use 'x' (clean patch) or 'v' (velocity)")
+        for name in ("pose_channels", "query_dim"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise InputError(name, v, "use 0 (off) or a positive integer")
+        if self.source_residual and self.prediction != "x":
+            raise InputError("source_residual", True, "needs prediction='x' (the residual is on the clean frame)")
 
     @property
     def head_dim(self) -> int:
@@ -211,6 +221,10 @@ class Conditions:
     ref_mask: torch.Tensor | None = None
     source_id: float = 1.0
     ref_ids: tuple[float, ...] = ()
+    pose: torch.Tensor | None = None  # (B, F, N, p*p*pose_channels) patchified pose maps of the target frames
+    pose_mask: torch.Tensor | None = None  # (B,)
+    queries: torch.Tensor | None = None  # (B, Nq, query_dim) MetaQuery states
+    query_mask: torch.Tensor | None = None  # (B, Nq)
 
     def to(self, device: torch.device) -> Conditions:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -429,6 +443,11 @@ class BuiltinRenderer(nn.Module):
         self.null_plan = nn.Parameter(torch.zeros(d))
         self.text_embed = nn.Sequential(nn.LayerNorm(c.text_dim), nn.Linear(c.text_dim, d), nn.GELU(), nn.Linear(d, d))
         self.null_text = nn.Parameter(torch.randn(1, c.text_dim) * 0.02)
+        if c.pose_channels:  # the PoseGuider (spec b.5 (b)): pose-map patches added to the target tokens they cover
+            self.pose_embed = nn.Sequential(nn.Linear(c.patch * c.patch * c.pose_channels, d), nn.SiLU(), nn.Linear(d, d))
+            self.null_pose = nn.Parameter(torch.zeros(d))
+        if c.query_dim:  # MetaQuery states join the cross-attention context (spec b.1's connector output)
+            self.query_embed = nn.Sequential(nn.LayerNorm(c.query_dim), nn.Linear(c.query_dim, d), nn.GELU(), nn.Linear(d, d))
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.depth))
         self.norm_out = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
         self.out_table = nn.Parameter(torch.zeros(2, d))
@@ -450,6 +469,9 @@ class BuiltinRenderer(nn.Module):
         for blk in self.blocks:
             nn.init.zeros_(blk.cross.out.weight)
             nn.init.zeros_(blk.cross.out.bias)
+        if self.config.pose_channels:  # zero-initialised: attaching the guider leaves the output unchanged
+            nn.init.zeros_(self.pose_embed[2].weight)
+            nn.init.zeros_(self.pose_embed[2].bias)
 
     @property
     def device(self) -> torch.device:
@@ -500,7 +522,12 @@ class BuiltinRenderer(nn.Module):
             # a row without text reads the null token, which sits in front of every row (masked where text exists)
             text = torch.cat([null, text], 1)
             mask = torch.cat([empty[:, None], mask], 1)
-        return self.text_embed(text), mask
+        states = self.text_embed(text)
+        if self.config.query_dim and cond.queries is not None:
+            q = cond.queries.to(self.device).float()
+            qm = cond.query_mask if cond.query_mask is not None else torch.ones(q.shape[:2], dtype=torch.bool)
+            states, mask = torch.cat([states, self.query_embed(q)], 1), torch.cat([mask, qm.to(self.device, torch.bool)], 1)
+        return states, mask
 
     def forward(self, x_t: torch.Tensor, sigma: torch.Tensor, cond: Conditions | None = None, *,
                 grid: tuple[int, int] | None = None, all_tokens: bool = False) -> torch.Tensor:
@@ -527,6 +554,12 @@ class BuiltinRenderer(nn.Module):
             target = target + torch.where(keep[:, None, None, None], pf, self.null_plan)
         else:
             target = target + self.null_plan
+        if c.pose_channels:
+            if cond.pose is not None:
+                keep = (cond.pose_mask if cond.pose_mask is not None else torch.ones(b, dtype=torch.bool)).to(x_t.device)
+                target = target + torch.where(keep[:, None, None, None], self.pose_embed(cond.pose.to(x_t.device).float()), self.null_pose)
+            else:
+                target = target + self.null_pose
         parts = []
         if cond.source is not None:
             parts.append(self.patch_embed(cond.source.to(x_t.device).float()).reshape(b, frames * n, -1))
@@ -542,6 +575,11 @@ class BuiltinRenderer(nn.Module):
             x = x[:, lay.target_start :]
         shift, scale = (self.out_mod(F.silu(temb)).unflatten(1, (2, -1)) + self.out_table).unbind(1)
         out = self.head(_modulate(self.norm_out(x), shift, scale))
+        if c.source_residual and cond.source is not None:
+            src = cond.source.to(x_t.device).float().reshape(b, frames * n, -1)
+            if cond.source_mask is not None:
+                src = src * cond.source_mask.to(x_t.device, src.dtype)[:, None, None]
+            out = torch.cat([out[:, : -frames * n], out[:, -frames * n :] + src], 1) if all_tokens else out + src
         return out if all_tokens else out.reshape(b, frames, n, -1)
 
     def velocity(self, out: torch.Tensor, x_t: torch.Tensor, sigma: torch.Tensor, min_sigma: float = 0.0) -> torch.Tensor:
@@ -628,6 +666,31 @@ class BuiltinRenderer(nn.Module):
             raise InputError("plan", "non-finite values", "plan tokens must be finite")
         return p[None].float()
 
+    def _check_pose(self, pose: Any, frames: int, height: int, width: int) -> torch.Tensor | None:
+        c = self.config
+        if pose is None:
+            return None
+        if not c.pose_channels:
+            raise InputError("pose", "a pose map", "this renderer has no pose input (pose_channels=0)")
+        p = torch.as_tensor(pose) if isinstance(pose, (np.ndarray, torch.Tensor)) else None
+        want = (frames, height, width, c.pose_channels)
+        if p is None or not p.is_floating_point() or tuple(p.shape) != want:
+            raise InputError("pose", getattr(pose, "shape", type(pose).__name__), f"pass float pose maps {want} (core.skeleton.pose_maps)")
+        if not bool(torch.isfinite(p).all()):
+            raise InputError("pose", "non-finite values", "pose maps must be finite")
+        return patchify(p.float(), c.patch)[None].to(self.device)
+
+    def _check_queries(self, queries: Any) -> torch.Tensor | None:
+        c = self.config
+        if queries is None:
+            return None
+        if not c.query_dim:
+            raise InputError("queries", "MetaQuery states", "this renderer reads none (query_dim=0)")
+        q = torch.as_tensor(queries) if isinstance(queries, (np.ndarray, torch.Tensor)) else None
+        if q is None or q.ndim != 2 or q.shape[-1] != c.query_dim or not q.is_floating_point() or not bool(torch.isfinite(q).all()):
+            raise InputError("queries", getattr(queries, "shape", type(queries).__name__), f"pass finite MetaQuery states (N, {c.query_dim})")
+        return q[None].float().to(self.device)
+
     def _check_sources(self, sources: Any, frames: int | None, height: int, width: int) -> tuple[np.ndarray | None, list[np.ndarray], float, tuple[float, ...]]:
         """(the source video or None, reference images, their segment ids in conversation order)."""
         if sources is None:
@@ -692,12 +755,14 @@ class BuiltinRenderer(nn.Module):
     @staticmethod
     def _branch_groups(branches: Sequence[Branch], plan: torch.Tensor | None, text: torch.Tensor | None,
                        text_mask: torch.Tensor | None, video: torch.Tensor | None, refs: torch.Tensor | None,
-                       source_id: float, ref_ids: tuple[float, ...]) -> list[tuple[list[str], Conditions]]:
+                       source_id: float, ref_ids: tuple[float, ...], pose: torch.Tensor | None = None,
+                       queries: torch.Tensor | None = None) -> list[tuple[list[str], Conditions]]:
         """The branches of one step in groups that pack the same sources, one row per branch (spec b.8).
 
         A branch's sources follow its latents name ("wovae" none, "wvidvae" the video, "wvae" all), its
         text and plan its context name; what a row leaves out of the context is masked. Branches with the
         same sources share one batched forward; a source a branch does not use is not in its sequence.
+        A pose map rides with the plan (it is AnyMotion's plan), MetaQueries with the text.
         """
         groups: dict[tuple[bool, bool], list[Branch]] = {}
         for br in branches:
@@ -712,6 +777,11 @@ class BuiltinRenderer(nn.Module):
             if text is not None:
                 with_text = torch.tensor([br.context != "wotxt_wovit" for br in group])
                 cond.text, cond.text_mask = text.expand(n, -1, -1), text_mask.expand(n, -1) & with_text[:, None]
+            if pose is not None:
+                cond.pose, cond.pose_mask = pose.expand(n, *pose.shape[1:]), torch.tensor([br.context == "wtxt_wvit" for br in group])
+            if queries is not None:
+                with_text = torch.tensor([br.context != "wotxt_wovit" for br in group])
+                cond.queries, cond.query_mask = queries.expand(n, -1, -1), with_text[:, None].expand(n, queries.shape[1])
             if use_video:
                 cond.source = video.expand(n, *video.shape[1:])
             if use_refs:
@@ -724,7 +794,8 @@ class BuiltinRenderer(nn.Module):
                  sources: Sequence[np.ndarray] = (), num_frames: int | None = None, height: int | None = None,
                  width: int | None = None, steps: int | None = None, guidance: GuidanceScales | str | None = "auto",
                  shift: float | None = None, generator: torch.Generator | int | None = None,
-                 callback: StepInfoCallback | None = None, output_type: Literal["np", "tokens"] = "np") -> np.ndarray | torch.Tensor:
+                 callback: StepInfoCallback | None = None, output_type: Literal["np", "tokens"] = "np",
+                 pose: np.ndarray | torch.Tensor | None = None, queries: np.ndarray | torch.Tensor | None = None) -> np.ndarray | torch.Tensor:
         """Render one clip: check -> encode -> noise -> guided Euler sampling -> frames.
 
         ``plan``: builtin-ViT patch tokens of the target ``(T', H/8, W/8, 192)`` (``(T', N, 192)`` too) on
@@ -737,6 +808,9 @@ class BuiltinRenderer(nn.Module):
         forward per step). ``callback(step, info)`` gets ``timestep``, ``sigma``, ``latents`` and
         ``denoised`` (the current clean-clip estimate, tokens) after each step. Noise comes from
         ``generator`` alone. Returns uint8 ``(num_frames, height, width, 3)``, or tokens ``(1, F, N, P)``.
+        Pose-guided mode (``pose_channels`` / ``query_dim`` set): ``pose`` float ``(num_frames, H, W,
+        pose_channels)`` maps of the target skeleton (``core.skeleton.pose_maps``), ``queries`` MetaQuery
+        states ``(Nq, query_dim)``.
         """
         c = self.config
         height = self._check_size("height", c.image_size if height is None else height)
@@ -752,8 +826,11 @@ class BuiltinRenderer(nn.Module):
             raise InputError("output_type", output_type, "use 'np' (uint8 frames) or 'tokens'")
         plan_t = None if plan is None else self._check_plan(plan, frames, height, width).to(self.device)
         text_t, text_mask = self._text_input(text)
+        pose_t = self._check_pose(pose, frames, height, width)
+        queries_t = self._check_queries(queries)
         gen = _seed_generator(generator)
-        scales = self._resolve_guidance(guidance, plan_t is not None, text_t is not None, video is not None, bool(refs))
+        scales = self._resolve_guidance(guidance, plan_t is not None or pose_t is not None, text_t is not None or queries_t is not None,
+                                        video is not None, bool(refs))
         guide = CascadeGuidance(scales) if scales is not None else None
         branches = guide.branches if guide is not None else (Branch("cond", "wvae", "wtxt_wvit"),)
 
@@ -761,7 +838,7 @@ class BuiltinRenderer(nn.Module):
         video_t = None if video is None else patchify(frames_to_tensor(video), p)[None]
         refs_t = None if not refs else patchify(frames_to_tensor(np.stack(refs)), p)[None]
         groups = [(names, cond.to(self.device)) for names, cond in
-                  self._branch_groups(branches, plan_t, text_t, text_mask, video_t, refs_t, source_id, ref_ids)]
+                  self._branch_groups(branches, plan_t, text_t, text_mask, video_t, refs_t, source_id, ref_ids, pose_t, queries_t)]
         n = (height // p) * (width // p)
         noise = flow.initial_noise((1, frames, n, c.patch_values), gen, device=self.device)
         scheduler = flow.make_scheduler("euler", c.sample_shift if shift is None else shift)

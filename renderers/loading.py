@@ -3,6 +3,7 @@
     load_renderer("builtin")                      # the shipped builtin renderer (weights/builtin/renderer)
     load_renderer("/models/Bernini-R-Diffusers")  # a diffusers Wan folder (transformer/, vae/, ...)
     load_renderer("/runs/renderer")               # a folder written by BuiltinRenderer.save_pretrained
+    load_motion_renderer("builtin")               # AnyMotion's pose-guided builtin renderer (weights/builtin/motion_renderer)
 """
 
 from __future__ import annotations
@@ -41,3 +42,19 @@ def load_renderer(spec: str | Path = "builtin", device: Any = None, dtype: Any =
         return BuiltinRenderer.from_pretrained(path, device=device)
     raise InputError("renderer", str(spec), "this folder is neither a builtin renderer (config.json 'model': "
                                             f"'{KIND}') nor a diffusers Wan layout (transformer/, vae/)")
+
+
+MOTION_WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights" / "builtin" / "motion_renderer"
+
+
+def load_motion_renderer(spec: str | Path = "builtin", device: Any = None, dtype: Any = None, trust_remote_code: bool = False,
+                         **_: Any) -> Any:
+    """AnyMotion's renderer slot: ``builtin`` is the pose-guided builtin renderer; a folder loads as ``load_renderer``."""
+    from renderers.builtin import BuiltinRenderer
+
+    if str(spec) == "builtin":
+        if not (MOTION_WEIGHTS_DIR / "model.safetensors").is_file():
+            raise InputError("renderer", "builtin", "the builtin pose-guided renderer's weights are missing from "
+                                                    "weights/builtin/motion_renderer; restore them from git or train them with `make weights`")
+        return BuiltinRenderer.from_pretrained(MOTION_WEIGHTS_DIR, device=device)
+    return load_renderer(spec, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
