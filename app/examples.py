@@ -92,5 +92,23 @@ def edit_examples() -> list[list]:
     return rows
 
 
+@functools.lru_cache(maxsize=1)
+def motion_examples() -> list[list]:
+    """Held-out worldgen motion edits: a stick figure doing one action, an instruction for another."""
+    from core.video import write_video
+    from worldgen.tasks import motion_edit
+    from worldgen.tasks.base import split_seed
+
+    rows = []
+    for level, wording in ((1, "Make the person raise both arms instead."), (2, None), (3, "Have them squat.")):
+        sample = motion_edit.generate(split_seed("test", 29, level), motion_edit.Config(level=level))
+        world = sample.worlds["source"]
+        clip = _folder() / f"motion_level{level}.mp4"
+        if not clip.exists():
+            write_video(clip, (world.render(t, annotations=False).rgb for t in range(world.num_frames)), fps=world.fps)
+        rows.append([str(clip), wording or sample.record["instruction"]])
+    return rows
+
+
 EXAMPLES: dict[str, Callable[[], list[list]]] = {"ask": gridprobe_examples, "segment": clear_examples,
-                                                 "generate": generate_examples, "edit": edit_examples}
+                                                 "generate": generate_examples, "edit": edit_examples, "motion": motion_examples}

@@ -23,7 +23,7 @@ def side_by_side_frame(source: np.ndarray, output: np.ndarray, source_kp: np.nda
     if source_kp is not None:
         kp = source_kp[t : t + 1].copy()
         kp[..., :2] *= k
-        src = draw_skeleton(src, kp, radius=max(2, int(k)))
+        src = draw_skeleton(src, kp, radius=max(1, int(k) - 1))
     plan = np.zeros_like(src)
     if target_kp is not None:
         kp = target_kp[t : t + 1].copy()
