@@ -92,7 +92,7 @@ def run(args) -> list[dict]:
         else:
             frames = src
         seconds = time.perf_counter() - t0
-        g = grade_motion_edit(frames[::k], src[::k], tgt[::k], pool.target_kp[i][::k], pool.source_kp[i][::k], pool.person[i][::k], reader)
+        g = grade_motion_edit(frames[::k], src[::k], tgt[::k], pool.target_kp[i][::k], pool.source_kp[i][::k], pool.edit_region(i)[::k], reader)
         g.pop("proportion_ratios", None)
         row = {"key": key, "item": i, "method": method, "level": int(pool.level[i]), "category": pool.category[i], "fine": pool.fine[i],
                "source_action": pool.source_action[i], "held_out": pool.fine[i] in HELD_OUT, "seconds": round(seconds, 3), **g, **extra}

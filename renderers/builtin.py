@@ -591,10 +591,13 @@ class BuiltinRenderer(nn.Module):
 
     # ---- training
 
-    def loss(self, target: torch.Tensor, cond: Conditions, generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
+    def loss(self, target: torch.Tensor, cond: Conditions, generator: torch.Generator | None = None,
+             token_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """Rectified-flow loss (``flow.flow_matching_loss``) on the target tokens only (spec b.7).
 
         ``target``: clean target frames ``(B, F, H, W, 3)`` in [-1, 1]; ``cond`` as in ``forward``.
+        ``token_weight`` ``(B, F, N)``: a weight per target token (regional loss amplification, as MimicMotion
+        weights hands and faces; each sample's loss is then the weighted mean over its target tokens).
         sigma and noise come from ``generator`` alone. The loss is computed over the packed sequence
         ``[sources | target]`` with a target mask, so nothing at a source position can count.
         """
@@ -615,7 +618,12 @@ class BuiltinRenderer(nn.Module):
         v = self.velocity(out, xt_all, sigma, min_sigma=c.loss_min_sigma)
         mask = torch.zeros(b, out.shape[1], dtype=torch.bool, device=out.device)
         mask[:, n_ctx:] = True
-        loss = flow.flow_matching_loss(v, x0_all, noise_all, mask)
+        if token_weight is None:
+            loss = flow.flow_matching_loss(v, x0_all, noise_all, mask)
+        else:
+            err = ((v[:, n_ctx:] - flow.velocity_target(x0, noise).flatten(1, 2)) ** 2).mean(-1)
+            w = token_weight.to(err).flatten(1)
+            loss = ((err * w).sum(1) / w.sum(1).clamp(min=1e-6)).mean()
         with torch.no_grad():
             x0_hat = out[:, n_ctx:] if c.prediction == "x" else x_t.flatten(1, 2) - sigma[:, None, None] * out[:, n_ctx:]
             x_mse = F.mse_loss(x0_hat, x0.flatten(1, 2))

@@ -10,8 +10,9 @@
   of the output within ``colour_tolerance`` RGB of the source's) and its proportions (median length of
   each arm and leg segment and of the torso over the re-detected frames, each within
   ``proportion_tolerance`` of the source's); kept when both hold;
-- **background preservation**: PSNR and SSIM against the ground-truth target outside ``person_mask``,
-  the union of the source and target person masks (``scorers.generation.edit_preservation``).
+- **background preservation**: PSNR and SSIM against the ground-truth target outside ``person_mask``, where
+  the edit may change pixels: the union of the source and target person masks, grown by their anti-aliased
+  edges (``training.motion_data.MotionPool.edit_region``; ``scorers.generation.edit_preservation``).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ action, so VAL / TEST items whose target is held out measure open-vocabulary gen
 must compose "right" with a motion it has only seen on the left). A TRAIN index whose target is held out
 is skipped and the next index taken, deterministically.
 
-``person`` is the union of the source and target person masks per frame (what the background metric of
-spec b.7 leaves out). Pools are ``.npz`` (no pickles) under ``cache_dir``, keyed by split, seed, count
+``person`` is the union of the source and target person masks per frame; ``edit_region(i)`` grows it by the
+anti-aliased edge and adds every pixel the two clips differ in: what the background metric of spec b.7 leaves out. Pools are ``.npz`` (no pickles) under ``cache_dir``, keyed by split, seed, count
 and geometry.
 """
 
@@ -139,6 +139,16 @@ class MotionPool:
     @property
     def parts(self) -> np.ndarray:
         return np.stack([action_parts(f) for f in self.fine])
+
+    def edit_region(self, i: int) -> np.ndarray:
+        """``(T, H, W)`` bool: where item ``i``'s edit may change pixels: the union of the source and target person
+        masks grown by 1 px (their anti-aliased edges) and every pixel where the two clips differ (an occluder's
+        edge over the person). The background metric (spec b.7) scores the rest."""
+        import cv2
+
+        kernel = np.ones((3, 3), np.uint8)
+        grown = np.stack([cv2.dilate(m.astype(np.uint8), kernel) > 0 for m in self.person[i]])
+        return grown | (self.source[i] != self.target[i]).any(-1)
 
     def parts_of(self, i: int) -> np.ndarray:
         return action_parts(self.fine[i])
