@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from core.atomic import atomic_path
+from core.atomic import atomic_path, write_json_atomic
 from core.errors import MediaError
 
 
@@ -39,3 +42,29 @@ def save_state_dict(state: dict[str, torch.Tensor], path: str | Path, metadata: 
     with atomic_path(path) as tmp:
         save_file(state, str(tmp), metadata=metadata)
     return Path(path)
+
+
+def save_model_folder(directory: str | Path, kind: str, config: Any, state: dict[str, torch.Tensor],
+                      metadata: dict[str, Any] | None = None) -> Path:
+    """A builtin model's folder: ``config.json`` (``{"model": kind, <config fields>}``) and ``model.safetensors``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(directory / "config.json", {"model": kind, **asdict(config)})
+    save_state_dict(state, directory / "model.safetensors", metadata={k: str(v) for k, v in (metadata or {}).items()})
+    return directory
+
+
+def read_model_config(directory: str | Path, kind: str, config_class: type, writer: str) -> Any:
+    """The config of a folder written by ``save_model_folder`` for ``kind``; ``MediaError`` naming the defect
+    (unreadable, another kind, keys this version does not know). ``writer`` names the saving method in the fix."""
+    path = Path(directory) / "config.json"
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise MediaError(path, f"no readable config ({type(e).__name__})", f"pass a folder written by {writer}") from None
+    if not isinstance(raw, dict) or raw.pop("model", None) != kind:
+        raise MediaError(path, f"not a {kind} folder", f"pass a folder written by {writer}")
+    known = {f.name for f in fields(config_class)}
+    if unknown := sorted(set(raw) - known):
+        raise MediaError(path, f"unknown config keys {unknown}", "the folder was written by a different version")
+    return config_class(**raw)

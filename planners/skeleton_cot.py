@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -48,9 +48,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.errors import InputError, MediaError
+from core.errors import InputError
 from core.keypoints import COCO17_NAMES
-from core.weights_io import load_state_dict, save_state_dict
+from core.weights_io import load_state_dict, read_model_config, save_model_folder
 
 KIND = "skeleton-cot-planner"
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights" / "builtin" / "skeleton_planner"
@@ -318,26 +318,12 @@ class BuiltinSkeletonPlanner(nn.Module):
     # ---- persistence
 
     def save_pretrained(self, directory: str | Path, metadata: dict | None = None) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "config.json").write_text(json.dumps({"model": KIND, **asdict(self.config)}, indent=1))
-        save_state_dict(self.state_dict(), directory / "model.safetensors", metadata={k: str(v) for k, v in (metadata or {}).items()})
-        return directory
+        return save_model_folder(directory, KIND, self.config, self.state_dict(), metadata)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path | None = None, device: str | torch.device | None = None, **_: Any) -> BuiltinSkeletonPlanner:
         directory = Path(directory) if directory is not None else WEIGHTS_DIR
-        path = directory / "config.json"
-        try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise MediaError(path, f"no readable planner config ({type(e).__name__})", "pass a folder written by save_pretrained") from None
-        if not isinstance(raw, dict) or raw.pop("model", None) != KIND:
-            raise MediaError(path, f"not a {KIND} folder", "pass a folder written by BuiltinSkeletonPlanner.save_pretrained")
-        known = {f.name for f in fields(SkeletonPlannerConfig)}
-        if unknown := sorted(set(raw) - known):
-            raise MediaError(path, f"unknown config keys {unknown}", "the folder was written by a different version")
-        model = cls(SkeletonPlannerConfig(**raw))
+        model = cls(read_model_config(directory, KIND, SkeletonPlannerConfig, "BuiltinSkeletonPlanner.save_pretrained"))
         model.load_state_dict(load_state_dict(directory / "model.safetensors"))
         return model.eval().to(device or "cpu")
 

@@ -44,12 +44,11 @@ or plan masked out.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -59,8 +58,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.errors import InputError, MediaError
-from core.weights_io import load_state_dict, save_state_dict
+from core.errors import InputError
+from core.weights_io import load_state_dict, read_model_config, save_model_folder
 from renderers import flow, rope
 from renderers.guidance import Branch, CascadeGuidance, GuidanceScales
 
@@ -880,26 +879,12 @@ class BuiltinRenderer(nn.Module):
     # ---- persistence
 
     def save_pretrained(self, directory: str | Path, metadata: dict | None = None) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "config.json").write_text(json.dumps({"model": KIND, **asdict(self.config)}, indent=1))
-        save_state_dict(self.state_dict(), directory / "model.safetensors", metadata={k: str(v) for k, v in (metadata or {}).items()})
-        return directory
+        return save_model_folder(directory, KIND, self.config, self.state_dict(), metadata)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path | None = None, device: str | torch.device | None = None, **_: Any) -> BuiltinRenderer:
         directory = Path(directory) if directory is not None else WEIGHTS_DIR
-        path = directory / "config.json"
-        try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise MediaError(path, f"no readable renderer config ({type(e).__name__})", "pass a folder written by save_pretrained") from None
-        if not isinstance(raw, dict) or raw.pop("model", None) != KIND:
-            raise MediaError(path, f"not a {KIND} folder", "pass a folder written by BuiltinRenderer.save_pretrained")
-        known = {f.name for f in fields(BuiltinRendererConfig)}
-        if unknown := sorted(set(raw) - known):
-            raise MediaError(path, f"unknown config keys {unknown}", "the folder was written by a different version")
-        model = cls(BuiltinRendererConfig(**raw))
+        model = cls(read_model_config(directory, KIND, BuiltinRendererConfig, "BuiltinRenderer.save_pretrained"))
         model.load_state_dict(load_state_dict(directory / "model.safetensors"))
         return model.eval().to(device or "cpu")
 
