@@ -139,7 +139,7 @@ def _add_anymotion(gallery: Gallery, out: Path) -> None:
     from worldgen.tasks import motion_edit
     from worldgen.tasks.base import split_seed
 
-    sample = motion_edit.generate(split_seed("test", 23, 0), motion_edit.Config(level=1))
+    sample = motion_edit.generate(split_seed("test", 28, 0), motion_edit.Config(level=1))
     world = sample.worlds["source"]
     clip = write_video(out / "anymotion" / "source.mp4", (world.render(t, annotations=False).rgb for t in range(world.num_frames)), fps=world.fps)
     instruction = sample.record["instruction"]
