@@ -161,8 +161,8 @@ class AnyMotionPipeline(Pipeline):
         check_allocation("num_frames", frames, frames * height * width * 3 * 8, "ask for fewer frames or a smaller size")
         return int(frames), int(height), int(width)
 
-    def _clip(self, video: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
-        """(the sampled frames at the source size, their indices, the source size)."""
+    def _clip(self, video: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int]]:
+        """(the sampled frames at the source size, their indices, the output geometry (frames, height, width))."""
         from core.video import Video
 
         if isinstance(video, np.ndarray) and (video.dtype != np.uint8 or video.ndim != 4 or video.shape[-1] != 3):
@@ -171,7 +171,8 @@ class AnyMotionPipeline(Pipeline):
             raise InputError("video", type(video).__name__, "pass a video path, a folder of frames or a uint8 (T, H, W, 3) array")
         with Video(video) as v:
             n = len(v)
-            frames, _, _ = self._geometry(n)
+            geometry = self._geometry(n)
+            frames = geometry[0]
             k = min(n, frames)
             check_allocation("video", f"{k} frames", k * v.info.height * v.info.width * 3 * 2, "pass a shorter clip or fewer num_frames")
             idx = np.linspace(0, n - 1, k).round().astype(int)
@@ -179,7 +180,7 @@ class AnyMotionPipeline(Pipeline):
         if len(clip) < frames:  # a clip shorter than asked is held on its last frame
             pad = frames - len(clip)
             clip, idx = np.concatenate([clip, np.repeat(clip[-1:], pad, 0)]), np.concatenate([idx, np.repeat(idx[-1:], pad)])
-        return clip, idx, (int(clip.shape[1]), int(clip.shape[2]))
+        return clip, idx, geometry
 
     def _source_keypoints(self, given: Any, clip: np.ndarray, idx: np.ndarray, size: tuple[int, int], out_size: tuple[int, int]) -> np.ndarray:
         from planners.skeleton_cot import check_keypoints
@@ -218,8 +219,8 @@ class AnyMotionPipeline(Pipeline):
             raise InputError("instruction", instruction, "describe the motion, e.g. 'make the person raise the left arm'")
         if len(instruction) > MAX_INSTRUCTION_CHARS:
             raise InputError("instruction", f"{len(instruction)} characters", f"use at most {MAX_INSTRUCTION_CHARS}")
-        raw, idx, size = self._clip(video)
-        frames, height, width = self._geometry(len(raw))
+        raw, idx, (frames, height, width) = self._clip(video)
+        size = (int(raw.shape[1]), int(raw.shape[2]))
         clip = resize_frames(raw, (height, width))
         src_kp = self._source_keypoints(source_keypoints, raw, idx, size, (height, width))
         del raw
