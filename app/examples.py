@@ -110,5 +110,29 @@ def motion_examples() -> list[list]:
     return rows
 
 
+@functools.lru_cache(maxsize=1)
+def meme_examples() -> list[list]:
+    """Held-out worldgen meme scenes as template images (64x64 stills): two seen templates, one held out, one with a topic."""
+    from PIL import Image
+
+    from worldgen.tasks import meme
+    from worldgen.tasks.base import split_seed
+
+    rows, wanted = [], [("chase", None), ("fall", "mondays"), ("hide", None)]
+    for template, topic in wanted:
+        i = 0
+        while True:  # the first TEST scene of this template (cheap: a still per try)
+            sample = meme.generate(split_seed("test", 31, i))
+            if sample.record["template"] == template:
+                break
+            i += 1
+        path = _folder() / f"meme_{template}.png"
+        if not path.exists():
+            Image.fromarray(sample.images["still"]).save(path)
+        rows.append([str(path), topic or ""])
+    return rows
+
+
 EXAMPLES: dict[str, Callable[[], list[list]]] = {"ask": gridprobe_examples, "segment": clear_examples,
-                                                 "generate": generate_examples, "edit": edit_examples, "motion": motion_examples}
+                                                 "generate": generate_examples, "edit": edit_examples, "motion": motion_examples,
+                                                 "meme": meme_examples}

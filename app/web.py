@@ -141,7 +141,8 @@ def _output_component(kind: str, label: str):
 
     makers = {"markdown": lambda: gr.Markdown(label=label), "image": lambda: gr.Image(label=label, type="numpy"),
               "label": lambda: gr.Label(label=label), "json": lambda: gr.JSON(label=label), "video": lambda: gr.Video(label=label),
-              "frames": lambda: _frames_component(label)}
+              "frames": lambda: _frames_component(label),
+              "gallery": lambda: gr.Gallery(label=label, columns=2, object_fit="contain", height="auto")}
     return makers[kind]()
 
 
@@ -191,6 +192,9 @@ def run_in_web(app, settings: WebSettings, values: tuple, callback: Callable | N
             given[i.name] = [str(getattr(f, "name", f)) for f in (given.get(i.name) or [])]
     uploads = [str(given[i.name]) for i in app.inputs if i.kind in ("video", "image") and given.get(i.name)]
     uploads += [p for i in app.inputs if i.kind == "images" for p in given.get(i.name) or []]
+    for i in app.inputs:  # an optional text left empty in the form is not given
+        if i.kind == "text" and not i.required and not str(given.get(i.name) or "").strip():
+            given.pop(i.name, None)
     for i in app.inputs:
         if i.kind == "video":
             check_upload(given.get(i.name), settings)

@@ -595,6 +595,8 @@ def _short(value: Any) -> str:
         return f"array{tuple(value.shape)} {value.dtype}" if value.size > 8 else np.array2string(value, precision=3, separator=", ")
     if isinstance(value, torch.Tensor):
         return f"tensor{tuple(value.shape)} {value.dtype}"
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, np.ndarray) for v in value):
+        return f"[{len(value)} arrays {tuple(value[0].shape)} {value[0].dtype}]"
     if isinstance(value, (list, tuple)) and len(value) > 8:
         return f"[{len(value)} items]"
     if isinstance(value, dict) and len(repr(value)) > 120:

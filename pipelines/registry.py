@@ -29,6 +29,7 @@ PIPELINE_APPS: dict[str, str] = {
     "generate": "pipelines.bernini.app:GENERATE",
     "edit": "pipelines.bernini.app:EDIT",
     "motion": "pipelines.anymotion.app:APP",
+    "meme": "pipelines.humor.app:APP",
 }
 
 INPUT_KINDS = ("video", "image", "images", "text", "texts")
@@ -110,11 +111,12 @@ class PipelineApp:
     component slot to its CLI option name (``selector`` -> ``vlm`` gives ``--vlm``); ``defaults``
     names what each slot loads when no saved pipeline is given. The ``web_*`` fields shape the tab:
     ``web_present(output, summary)`` returns the values of ``web_outputs`` (``(kind, label)`` pairs,
-    kinds ``markdown``, ``image``, ``label``, ``json``, ``video``), ``web_examples()`` example input
+    kinds ``markdown``, ``image``, ``label``, ``json``, ``video``, ``frames``, ``gallery``), ``web_examples()`` example input
     rows (created on first use), ``web_check(inputs, settings)`` warnings shown before the run,
     ``web_preview(info)`` an RGB uint8 image shown while the pipeline runs, from a loop step's
     ``callback_on_step_end`` info (None: no new image). It runs inside the loop, so keep it cheap.
-    A ``frames`` output takes a list of images and shows one at a time under a slider.
+    A ``frames`` output takes a list of images and shows one at a time under a slider; a ``gallery`` output a list
+    of ``(image, caption)`` pairs shown side by side.
     """
 
     verb: str

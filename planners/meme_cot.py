@@ -396,6 +396,21 @@ def parse_meme_cot(text: str, num_boxes: int, num_paths: int | None = None) -> M
     return MemeCoT(**reading.cot, raw=text)
 
 
+def read_boxes(text: str, num_boxes: int) -> list[str]:
+    """Only the ``Text on the Meme:`` box lines of ``text`` (a direct caption with no CoT, or any CoT): exactly
+    ``num_boxes`` non-empty ``boxN:`` lines numbered 1..N; ``MemeFormatError`` naming what is wrong otherwise."""
+    if not isinstance(text, str):
+        raise InputError("text", type(text).__name__, "pass the model's answer as a string")
+    num_boxes = _check_count(num_boxes, "num_boxes")
+    reading = _read(text, num_boxes, None)
+    keys = ("text_on_meme", "boxes") if reading.checks["boxes"] else ("text_on_meme", "boxes", "boxes_nonempty", "box_count")
+    missing = [reading.checks[k] for k in keys if reading.checks[k] is not None]
+    if missing:
+        boxes = " / ".join(f"box{i}:" for i in range(1, num_boxes + 1))
+        raise MemeFormatError(text, missing, f"{SECTIONS['text_on_meme']} then exactly {num_boxes} non-empty line(s) {boxes}")
+    return list(reading.cot["text_on_meme"])
+
+
 def format_reward(text: str, num_boxes: int, num_paths: int | None = None, partial: bool = True) -> float:
     """The format reward of a generated text, in [0, 1].
 

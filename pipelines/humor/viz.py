@@ -1,0 +1,18 @@
+"""HUMOR's picture: the ranked memes side by side, each labelled with its rank and reward."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from core.overlay import add_caption_band, contact_sheet
+
+
+def gallery(memes: Sequence[np.ndarray], rewards: Sequence[float], columns: int = 4) -> np.ndarray:
+    """Memes best first in a grid, ``#k  reward r`` on each, under a header band."""
+    if not memes:
+        raise ValueError("no memes to show")
+    labels = [f"#{k + 1}  reward {r:.2f}" for k, r in enumerate(rewards)]
+    sheet = contact_sheet(np.stack(memes), columns=columns, labels=labels)
+    return add_caption_band(sheet, "memes ranked by the reward model (mean pairwise preference)")

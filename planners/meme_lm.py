@@ -1,0 +1,210 @@
+"""HUMOR's meme writers: given a template image (and a topic), sample several meme CoTs in the schema of
+``planners.meme_cot``.
+
+- ``BuiltinMemeWriter``: a small transformers ``LlamaForCausalLM`` with a byte-level BPE tokenizer, trained here
+  from scratch (``training/humor_sft.py``), reading the picture as the builtin VLM's perception text
+  (``planners.meme_perception``). Being a plain transformers causal LM, TRL's ``SFTTrainer`` and ``GRPOTrainer``
+  train it as they train any checkpoint.
+- ``VLMMemeWriter``: any ``VisionLanguageModel`` (e.g. Qwen2.5-VL through ``planners.hf``) asked with
+  ``planners.meme_cot.build_prompt`` and sampled through the protocol's seeded ``generate``.
+
+Both take ``write(image, topic, num_paths, n, generator) -> list[str]``; the same generator state gives the same
+texts. ``load_meme_writer("builtin" | folder)`` picks one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from core.errors import InputError, MediaError
+from planners.protocol import generation_seed
+
+WEIGHTS = Path(__file__).resolve().parents[1] / "weights" / "builtin" / "meme_writer"
+MARKER = "atelier_meme_writer.json"
+# [PROPOSED] the longest CoT the builtin model writes: the SFT traces are at most ~360 tokens
+MAX_NEW_TOKENS = 480
+MAX_TOPIC_CHARS = 200
+
+
+@runtime_checkable
+class MemeWriter(Protocol):
+    """Samples meme CoT texts for a template image."""
+
+    def write(self, image: np.ndarray, topic: str | None = None, num_paths: int = 3, n: int = 4, *, num_boxes: int = 2,
+              temperature: float = 1.0, top_p: float = 1.0, generator: Any = None) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class MemeLMConfig:
+    """The builtin writer's architecture [PROPOSED: sized for minutes of CPU training]."""
+
+    vocab_size: int = 2048
+    hidden_size: int = 192
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    intermediate_size: int = 576
+    max_position_embeddings: int = 1024
+
+
+def train_tokenizer(texts: list[str], vocab_size: int = MemeLMConfig.vocab_size):
+    """A byte-level BPE tokenizer trained on ``texts`` (any unicode encodes; unseen words split into bytes),
+    as a transformers ``PreTrainedTokenizerFast`` with ``<|endoftext|>`` (BOS/EOS) and ``<pad>``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<pad>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<pad>")
+
+
+def new_meme_lm(tokenizer, config: MemeLMConfig = MemeLMConfig(), seed: int = 0):
+    """A freshly initialised ``LlamaForCausalLM`` for ``tokenizer``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(**{**asdict(config), "vocab_size": len(tokenizer)}, num_key_value_heads=config.num_attention_heads,
+                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                      tie_word_embeddings=True)
+    return LlamaForCausalLM(cfg)
+
+
+def check_topic(topic: Any) -> str | None:
+    if topic is None:
+        return None
+    if not isinstance(topic, str) or not topic.strip():
+        raise InputError("topic", topic, "pass the meme's topic as a non-empty string, e.g. 'mondays', or leave it out")
+    if len(topic) > MAX_TOPIC_CHARS:
+        raise InputError("topic", f"{len(topic)} characters", f"use at most {MAX_TOPIC_CHARS} characters")
+    return " ".join(topic.split())
+
+
+def _check_image(image: Any) -> np.ndarray:
+    if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[-1] != 3:
+        raise InputError("image", getattr(image, "shape", type(image).__name__), "pass an RGB uint8 (H, W, 3) image")
+    return image
+
+
+def _check_paths(num_paths: Any) -> int:
+    if isinstance(num_paths, bool) or not isinstance(num_paths, int) or not 0 <= num_paths <= 8:
+        raise InputError("num_paths", num_paths, "pass 0 (caption only), 1 (single path) or up to 8 reasoning paths")
+    return num_paths
+
+
+def sample_texts(model, tokenizer, prompts: list[str], n: int, seed: int | None, temperature: float = 1.0, top_p: float = 1.0,
+                 max_new_tokens: int = MAX_NEW_TOKENS) -> list[list[str]]:
+    """``n`` sampled completions (greedy when ``seed`` is None and ``n`` is 1) per prompt, from a causal LM, seeded
+    through ``fork_rng`` so only ``seed`` decides them."""
+    from planners.hf import PLAIN_DECODING, PLAIN_SAMPLING
+
+    tokenizer.padding_side = "left"
+    enc = tokenizer(prompts, return_tensors="pt", padding=True).to(model.device)
+    sample = seed is not None
+    with torch.no_grad(), torch.random.fork_rng(devices=[], enabled=sample):
+        if sample:
+            torch.random.default_generator.manual_seed(seed)
+        kw = dict(PLAIN_SAMPLING, temperature=float(temperature), top_p=float(top_p)) if sample else {}
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=sample, num_return_sequences=n,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **PLAIN_DECODING, **kw)
+    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    return [texts[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+
+class BuiltinMemeWriter:
+    """The builtin writer: perception text from the builtin VLM, then a small causal LM (module docstring)."""
+
+    def __init__(self, model, tokenizer, vlm=None):
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self._vlm = vlm
+
+    @property
+    def vlm(self):
+        if self._vlm is None:
+            from planners.builtin import load_builtin_vlm
+
+            self._vlm = load_builtin_vlm(self.model.device)
+        return self._vlm
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path | None = None, device: str | torch.device | None = None) -> BuiltinMemeWriter:
+        from transformers import AutoTokenizer, LlamaForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        from core.device import select_device
+
+        hf_logging.disable_progress_bar()  # a "Loading weights" bar per load is noise on stderr
+
+        path = Path(path or WEIGHTS)
+        if not (path / MARKER).exists():
+            raise MediaError(path, "not a builtin meme writer folder", "pass a folder written by BuiltinMemeWriter.save_pretrained "
+                                                                      "(e.g. `atelier train humor-sft`), or 'builtin'")
+        model = LlamaForCausalLM.from_pretrained(path, use_safetensors=True).to(select_device(device))
+        return cls(model, AutoTokenizer.from_pretrained(path))
+
+    def save_pretrained(self, path: str | Path, metadata: dict | None = None) -> Path:
+        path = Path(path)
+        self.model.save_pretrained(path, safe_serialization=True)
+        self.tokenizer.save_pretrained(path)
+        (path / MARKER).write_text(json.dumps({"kind": "builtin_meme_writer", "perception": "builtin_vlm", **(metadata or {})}, indent=1))
+        return path
+
+    def perceive(self, image: np.ndarray) -> str:
+        from planners.meme_perception import perceive
+
+        return perceive(self.vlm, _check_image(image)).text
+
+    def prompt(self, image: np.ndarray, topic: str | None = None, num_paths: int = 3, num_boxes: int = 2) -> str:
+        from training.humor_data import lm_prompt
+
+        return lm_prompt(self.perceive(image), check_topic(topic), _check_paths(num_paths), num_boxes)
+
+    def write(self, image: np.ndarray, topic: str | None = None, num_paths: int = 3, n: int = 4, *, num_boxes: int = 2,
+              temperature: float = 1.0, top_p: float = 1.0, generator: Any = None, do_sample: bool = True) -> list[str]:
+        seed = generation_seed(MAX_NEW_TOKENS, do_sample, temperature, top_p, n, generator)
+        return sample_texts(self.model, self.tokenizer, [self.prompt(image, topic, num_paths, num_boxes)], n, seed, temperature, top_p)[0]
+
+
+class VLMMemeWriter:
+    """Any ``VisionLanguageModel`` as a meme writer: ``build_prompt`` (image, template name, topic, K paths), then
+    the protocol's seeded ``generate`` with ``n`` returns."""
+
+    def __init__(self, vlm, template_name: str = "the meme template in the image", max_new_tokens: int = 1024):
+        self.vlm, self.template_name, self.max_new_tokens = vlm, template_name, max_new_tokens
+
+    def write(self, image: np.ndarray, topic: str | None = None, num_paths: int = 3, n: int = 4, *, num_boxes: int = 2,
+              temperature: float = 1.0, top_p: float = 1.0, generator: Any = None, do_sample: bool = True) -> list[str]:
+        from planners.meme_cot import build_prompt
+
+        k = _check_paths(num_paths)
+        messages = build_prompt(self.template_name, num_boxes, _check_image(image), check_topic(topic), k or None)
+        return self.vlm.generate(messages, max_new_tokens=self.max_new_tokens, do_sample=do_sample, temperature=temperature,
+                                 top_p=top_p, num_return_sequences=n, generator=generator)
+
+
+def load_meme_writer(source: Any = "builtin", device: str | torch.device | None = None, dtype: Any = None,
+                     trust_remote_code: bool = False) -> MemeWriter:
+    """'builtin' (weights/builtin/meme_writer), a folder saved by ``BuiltinMemeWriter``, a transformers VLM folder
+    (through ``planners.hf``), or an object with ``write`` / a ``VisionLanguageModel`` (wrapped)."""
+    if not isinstance(source, (str, Path)):
+        if hasattr(source, "write"):
+            return source
+        if hasattr(source, "generate"):
+            return VLMMemeWriter(source)
+        raise InputError("writer", type(source).__name__, "pass 'builtin', a model folder, or an object with write()/generate()")
+    if str(source) == "builtin":
+        return BuiltinMemeWriter.from_pretrained(WEIGHTS, device)
+    path = Path(source)
+    if (path / MARKER).exists():
+        return BuiltinMemeWriter.from_pretrained(path, device)
+    from planners.loading import load_vlm
+
+    return VLMMemeWriter(load_vlm(str(path), device=device, dtype=dtype, trust_remote_code=trust_remote_code))

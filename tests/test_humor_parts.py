@@ -1,0 +1,159 @@
+"""HUMOR's parts below the pipeline: the perception text, the traced-back SFT data and its splits, the box reader,
+the reward models' heads and the RL reward functions (against the published judge protocol)."""
+
+import numpy as np
+import pytest
+import torch
+
+from core.errors import InputError
+from planners.meme_cot import MemeFormatError, parse_meme_cot, read_boxes
+from training.humor_data import HELD_OUT_TEMPLATES, make_scene, popular, scene_indices, sft_example, trace
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def scene():
+    return make_scene("val", 3, perception="a medium red circle at the left; a medium blue square at the right")
+
+
+def test_train_scenes_never_use_a_held_out_template():
+    from training.humor_data import _template_of
+    from worldgen.tasks.base import split_seed
+
+    idx = scene_indices("train", 60)
+    assert len(idx) == 60 and idx == sorted(set(idx))
+    assert not any(_template_of(split_seed("train", 0, i)) in HELD_OUT_TEMPLATES for i in idx)
+    skipped = set(range(idx[-1])) - set(idx)
+    assert skipped and all(_template_of(split_seed("train", 0, i)) in HELD_OUT_TEMPLATES for i in skipped)
+    assert scene_indices("test", 5) == list(range(5))
+
+
+def test_the_perception_text_names_what_the_builtin_vlm_reads():
+    from planners.builtin import load_builtin_vlm
+    from planners.meme_perception import perceive
+
+    s = make_scene("test", 0, perception="-")
+    p = perceive(load_builtin_vlm(), s.still)
+    assert p.objects and p.text.count(";") == len(p.objects) - 1
+    truth = {o["color"] for o in __import__("worldgen.tasks.meme", fromlist=["x"]).generate(s.seed).record["world"]["objects"]}
+    assert {o.color for o in p.objects} & truth
+    blank = perceive(load_builtin_vlm(), np.full((64, 64, 3), 25, np.uint8))
+    assert blank.text == "nothing recognisable"
+    with pytest.raises(InputError, match="image"):
+        perceive(load_builtin_vlm(), np.zeros((64, 64), np.uint8))
+
+
+def test_traces_parse_back_and_anchor_on_the_ground_truth(scene):
+    gt = popular(scene)[0]
+    others = [i for i in range(len(scene.candidates)) if i != gt][:2]
+    for k in (1, 3):
+        cot = parse_meme_cot(trace(scene, gt, others, k, rng=np.random.default_rng(k)), 2, k)
+        assert cot.text_on_meme == list(scene.candidates[gt]) and len(cot.paths) == k
+        assert scene.candidates[gt][1] in cot.paths[cot.anchor].text
+        assert cot.intent.lower().startswith(scene.intent)
+    direct = trace(scene, gt, others, 0)
+    assert read_boxes(direct, 2) == list(scene.candidates[gt]) and "[" not in direct
+
+
+def test_the_ground_truth_comes_from_the_noisy_votes_upper_half(scene):
+    top = popular(scene)
+    assert len(top) == len(scene.candidates) // 2
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        prompt, completion = sft_example(scene, 3, rng, topic_rate=1.0)
+        boxes = read_boxes(completion, 2)
+        assert tuple(boxes) in {scene.candidates[i] for i in top}
+        assert prompt.startswith("Meme template: " + scene.perception)
+        if "User input: none" not in prompt:  # the topic is a word of the ground truth
+            topic = prompt.split("User input: ")[1].split(".")[0]
+            assert topic in " ".join(boxes).lower()
+
+
+def test_read_boxes_reads_only_the_boxes_and_names_what_is_wrong():
+    assert read_boxes("Text on the Meme:\nbox1: top\nbox2: bottom\n", 2) == ["top", "bottom"]
+    assert read_boxes("**Text on the Meme:**\nbox1: \"a\"\nbox2: b\nthanks!", 2) == ["a", "b"]
+    for bad, pattern in (("box1: a\nbox2: b", "Text on the Meme"), ("Text on the Meme:\nbox1: a", "exactly 2"),
+                         ("Text on the Meme:\nbox1: a\nbox2:", "empty"), ("", "Text on the Meme")):
+        with pytest.raises(MemeFormatError, match=pattern):
+            read_boxes(bad, 2)
+
+
+def test_the_builtin_reward_model_is_antisymmetric_and_its_judge_reply_round_trips():
+    from planners.meme_ranking import pair_rewards
+    from planners.meme_reward import BuiltinMemeRM, MemeRMConfig, judge_reply
+
+    torch.manual_seed(0)
+    rm = BuiltinMemeRM(MemeRMConfig(width=32, heads=2, layers=1)).eval()
+    img = make_scene("test", 1, perception="-").still
+    a, b = ("red circle at 3 am", "the last slice"), ("me", "also me")
+    p = rm.prefer(img, a, b)
+    assert 0 < p < 1 and abs(p + rm.prefer(img, b, a) - 1) < 1e-6
+    assert pair_rewards(judge_reply(p)) == pytest.approx((p, 1 - p), abs=1e-3)
+    assert pair_rewards(judge_reply(0.5)) == (0.5, 0.5)
+    with pytest.raises(InputError, match="two-box"):
+        rm.score(img, [["only one box"]])
+
+
+def test_attention_pooling_head_starts_uniform_and_favours_later_positions():
+    from planners.meme_reward import AttentionPooling
+
+    pool = AttentionPooling(16, heads=4)
+    bias = pool.position_bias(10)
+    assert torch.all(bias[1:] > bias[:-1]) and bias[0] == 0
+    h = torch.randn(2, 7, 16)
+    assert pool(h).shape == (2, 16)
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    mask[:, 5:] = False
+    h2 = h.clone()
+    h2[:, 5:] = 99.0  # masked positions do not matter
+    assert torch.allclose(pool(h, mask), pool(h2, mask), atol=1e-5)
+    with pytest.raises(InputError, match="heads"):
+        AttentionPooling(10, heads=4)
+
+
+class _FixedRM:
+    def __init__(self, scores):
+        self.scores = scores
+
+    def score(self, image, captions):
+        return np.array([self.scores[c[0]] for c in captions])
+
+    def prefer(self, image, a, b):
+        r = self.score(image, [a, b])
+        return float(1 / (1 + np.exp(-(r[0] - r[1]))))
+
+
+def _completion(top):
+    return f"Text on the Meme:\nbox1: {top}\nbox2: x\n"
+
+
+def test_the_rl_group_reward_equals_the_published_judge_protocol():
+    from planners.meme_reward import judge_reply
+    from training.group_rl import make_group_pairwise_reward
+    from training.humor_rl import make_rm_group_reward
+
+    rm = _FixedRM({"a": 2.0, "b": 0.0, "c": -1.0, "d": 0.5})
+    comps = [_completion(t) for t in "abcd"] + [_completion(t) for t in "dcba"]
+    fast = make_rm_group_reward(rm, {0: np.zeros((8, 8, 3), np.uint8), 1: np.zeros((8, 8, 3), np.uint8)}, 4)(comps, scene=[0] * 4 + [1] * 4)
+
+    def judge(ta, tb, row):
+        return judge_reply(rm.prefer(None, read_boxes(ta, 2), read_boxes(tb, 2)))
+
+    slow = make_group_pairwise_reward(judge, group_size=4)(comps)
+    assert fast == pytest.approx(slow, abs=1e-3)
+    assert fast[0] > fast[3] > fast[1] > fast[2] and fast[4:] == pytest.approx(fast[:4][::-1])
+
+
+def test_an_unreadable_completion_loses_every_comparison_and_pointwise_scores_alone():
+    from training.humor_rl import make_rm_group_reward
+
+    rm = _FixedRM({"a": 0.0, "b": 0.0})
+    img = {0: np.zeros((8, 8, 3), np.uint8)}
+    r = make_rm_group_reward(rm, img, 3)([_completion("a"), "no boxes here", _completion("b")], scene=[0, 0, 0])
+    assert r == pytest.approx([0.75, 0.0, 0.75])
+    assert make_rm_group_reward(rm, img, 2)(["?", "!"], scene=[0, 0]) == [0.5, 0.5]
+    point = make_rm_group_reward(rm, img, 3, pointwise=True)([_completion("a"), "x", _completion("b")], scene=[0, 0, 0])
+    assert point == pytest.approx([0.5, 0.0, 0.5])
+    with pytest.raises(InputError, match="whole groups"):
+        make_rm_group_reward(rm, img, 2)(["a", "b", "c"], scene=[0, 0, 0])

@@ -1,0 +1,200 @@
+"""HUMOR stage 3: group RL of the SFT writer against the pairwise reward model (spec b.4, [RL-CODE]).
+
+TRL's ``GRPOTrainer`` on the writer (the builtin causal LM on perception text, or a transformers VLM such as
+Qwen2.5-VL on the image itself, asked with ``planners.meme_cot.build_prompt``): G = 8 samples per prompt, group-normalised
+advantages (``scale_rewards="group"``), the k3 KL to the SFT reference as a loss term (``beta`` 0.01, published),
+``loss_type="grpo"`` (each sequence's token mean, the GRPO paper's), temperature 1.0; reward = 1.0 x pairwise +
+0.1 x format (``reward_weights``, published). The prompts are TRAIN scenes' perception texts asking for K = 3
+paths, without a topic [PROPOSED: the reward does not look at one].
+
+**The pairwise reward** (``make_rm_group_reward``): within each group of G completions for one scene, every pair
+is compared by the reward model on that scene's picture and each pair's rewards are the published
+s_a / (s_a + s_b); a sample's reward is the mean over its pairs. With the builtin Bradley-Terry scorer, whose
+published-format reply scores a pair 10p and 10(1 - p) (``planners.meme_reward.judge_reply``), that is exactly
+mean_j sigmoid(r_i - r_j), computed here from G scores instead of C(G, 2) calls. A completion without readable
+boxes cannot be rendered: against a readable one it scores 0 and the other 1; two unreadable ones 0.5 each
+(the published 0 / 0 rule) [PROPOSED]. ``--reward pointwise`` is the ablation the benchmark compares: each
+completion's own sigmoid(r_i), no comparison.
+
+Published settings that do not fit a 2M-parameter model trained from scratch on CPU, changed and said so:
+lr 1e-6 -> ``RLRecipe.lr``; 20 episodes x rollout batch 128 -> ``steps`` x ``batch``; up to 2,048 generated
+tokens -> ``max_completion_length`` (the SFT traces are at most ~380 tokens).
+
+Checkpoints every ``save_steps`` in OUT/run (the curve of preference against steps in docs/BENCHMARKS.md is
+measured on them); a rerun with the same OUT resumes from the last one.
+
+    python -m training.humor_rl --sft outputs/train/humor_sft --out DIR [--steps N] [--reward pairwise|pointwise]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.atomic import write_json_atomic
+from core.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+KIND = "humor-rl"
+
+
+@dataclass(frozen=True)
+class RLRecipe:
+    scenes: int = 3000
+    steps: int = 150
+    batch: int = 16  # completions per step: batch / group prompts
+    group: int = 8
+    lr: float = 3e-5
+    beta: float = 0.01
+    temperature: float = 1.0
+    max_completion_length: int = 420
+    reward: str = "pairwise"
+    format_weight: float = 0.1
+    save_steps: int = 25
+    seed: int = 0
+
+
+def tiny_recipe() -> RLRecipe:
+    return RLRecipe(scenes=8, steps=1, batch=4, group=4, max_completion_length=32, save_steps=1)
+
+
+def _boxes_or_none(text: str) -> list[str] | None:
+    from planners.meme_cot import MemeFormatError, read_boxes
+    from training.group_rl import _completion_text
+
+    try:
+        return read_boxes(_completion_text(text), 2)
+    except MemeFormatError:
+        return None
+
+
+def make_rm_group_reward(rm: Any, images: dict[int, np.ndarray], group_size: int, pointwise: bool = False) -> Callable[..., list[float]]:
+    """The reward model's group reward as a TRL reward function ``fn(completions, scene, **kw)`` (see the module
+    docstring); ``images[scene]`` is each scene's picture, ``scene`` a dataset column."""
+
+    def reward(completions: Sequence[Any], scene: Sequence[int], **kwargs: Any) -> list[float]:
+        n = len(completions)
+        if n % group_size:
+            raise InputError("completions", f"{n} completions", f"pass whole groups of {group_size}")
+        out: list[float] = []
+        for start in range(0, n, group_size):
+            boxes = [_boxes_or_none(c) for c in completions[start:start + group_size]]
+            ok = [i for i, b in enumerate(boxes) if b is not None]
+            r = np.zeros(group_size)
+            if ok:
+                r[ok] = rm.score(images[int(scene[start])], [boxes[i] for i in ok])
+            if pointwise:
+                out.extend(float(1 / (1 + np.exp(-r[i]))) if boxes[i] is not None else 0.0 for i in range(group_size))
+                continue
+            for i in range(group_size):
+                pair = []
+                for j in range(group_size):
+                    if j == i:
+                        continue
+                    if boxes[i] is not None and boxes[j] is not None:
+                        pair.append(1 / (1 + np.exp(-(r[i] - r[j]))))
+                    else:
+                        pair.append(0.5 if boxes[i] is None and boxes[j] is None else float(boxes[i] is not None))
+                out.append(float(np.mean(pair)) if pair else 0.5)
+        return out
+
+    reward.__name__ = "pointwise_reward" if pointwise else "pairwise_reward"
+    return reward
+
+
+def grpo_config(out: Path, recipe: RLRecipe, **overrides):
+    from trl import GRPOConfig
+
+    kw = dict(output_dir=str(out / "run"), max_steps=recipe.steps, per_device_train_batch_size=recipe.batch,
+              num_generations=recipe.group, learning_rate=recipe.lr, lr_scheduler_type="constant_with_warmup", warmup_steps=5,
+              beta=recipe.beta, epsilon=0.2, loss_type="grpo", scale_rewards="group", reward_weights=[1.0, recipe.format_weight],
+              temperature=recipe.temperature, top_p=1.0, max_completion_length=recipe.max_completion_length,
+              logging_steps=1, save_strategy="steps", save_steps=recipe.save_steps, report_to=[], seed=recipe.seed,
+              bf16=False, fp16=False, dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), disable_tqdm=True)
+    return GRPOConfig(**{**kw, **overrides})
+
+
+def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), reward_model: Any = "builtin", resume: bool = True) -> dict:
+    from datasets import Dataset
+    from transformers import AutoTokenizer, LlamaForCausalLM
+    from trl import GRPOTrainer
+
+    from planners.meme_cot import build_prompt
+    from planners.meme_lm import MARKER, BuiltinMemeWriter
+    from planners.meme_reward import load_reward_model
+    from training.group_rl import format_reward_func
+    from training.humor_data import lm_prompt, load_scenes
+
+    if recipe.reward not in ("pairwise", "pointwise"):
+        raise InputError("reward", recipe.reward, "choose pairwise (published) or pointwise (the ablation)")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    scenes = load_scenes("train", recipe.scenes)
+    rm = load_reward_model(reward_model)
+    images = {s.index: s.still for s in scenes}
+    builtin = (Path(sft) / MARKER).exists()
+    if builtin:  # the builtin writer: a text-only causal LM reading the perception text
+        processing = AutoTokenizer.from_pretrained(sft)
+        model = LlamaForCausalLM.from_pretrained(sft, use_safetensors=True)
+        rows = [{"prompt": lm_prompt(s.perception, None, 3), "scene": s.index, "num_boxes": 2} for s in scenes]
+    else:  # a transformers VLM (e.g. Qwen2.5-VL): the image itself, asked with build_prompt (TRL's image column)
+        from PIL import Image
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        processing = AutoProcessor.from_pretrained(sft)
+        model = AutoModelForImageTextToText.from_pretrained(sft, use_safetensors=True)
+        text = build_prompt("the meme template in the image", 2, None, None, 3)[0].content[0].text
+        rows = [{"prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}],
+                 "image": Image.fromarray(s.still), "scene": s.index, "num_boxes": 2} for s in scenes]
+    ds = Dataset.from_list(rows)
+    rewards = [make_rm_group_reward(rm, images, recipe.group, pointwise=recipe.reward == "pointwise"), format_reward_func]
+    trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=grpo_config(out, recipe), train_dataset=ds, processing_class=processing)
+    ckpts = sorted((out / "run").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])) if resume else []
+    trainer.train(resume_from_checkpoint=str(ckpts[-1]) if ckpts else None)
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    facts = {"kind": KIND, "recipe": asdict(recipe), "sft": str(sft), "steps": trainer.state.global_step,
+             "train_minutes": round((time.perf_counter() - t0) / 60, 2),
+             "curve": [{k: h.get(k) for k in ("step", "reward", "reward_std", "kl", "completions/mean_length")
+                        if k in h} | {f: h[f] for f in h if f.startswith("rewards/")} for h in logs]}
+    if builtin:
+        BuiltinMemeWriter(trainer.model.cpu(), processing).save_pretrained(out, {"stage": "rl", "reward": recipe.reward, "steps": facts["steps"]})
+    else:
+        trainer.save_model(str(out))
+        processing.save_pretrained(out)
+    write_json_atomic(out / "train_summary.json", facts)
+    return facts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.humor_rl", description=__doc__.splitlines()[0])
+    ap.add_argument("--sft", default="outputs/train/humor_sft", help="the SFT writer folder (the policy's start and the KL reference)")
+    ap.add_argument("--out", default="outputs/train/humor_rl")
+    ap.add_argument("--reward-model", default="builtin")
+    ap.add_argument("--reward", choices=("pairwise", "pointwise"))
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--lr", type=float)
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--no-resume", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    recipe = tiny_recipe() if args.tiny else RLRecipe()
+    over = {k: v for k, v in (("steps", args.steps), ("reward", args.reward), ("lr", args.lr)) if v}
+    recipe = RLRecipe(**{**asdict(recipe), **over})
+    facts = train_rl(args.out, args.sft, recipe, args.reward_model, resume=not args.no_resume)
+    print(json.dumps({k: v for k, v in facts.items() if k != "curve"}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,185 @@
+"""HUMOR stage 2: the builtin template-grouped reward model (``planners.meme_reward.BuiltinMemeRM``, spec b.3).
+
+Data: worldgen meme TRAIN scenes (the held-out templates never appear), every noisy pairwise vote within a
+scene, i.e. within one template and one picture (10% of the votes flipped, as worldgen draws them). Loss:
+``training.group_rl.reward_model_loss`` (Bradley-Terry -log sigmoid(r_w - r_l) plus reward centring 0.01 x
+mean((r_w + r_l)^2), equal to TRL's ``RewardTrainer`` loss). Our own loop,
+not TRL's ``RewardTrainer``: that trainer takes a sequence-classification language model over token ids, while
+this model reads frozen image and text features; the loss is the same function.
+
+Evaluation, on VAL during training and TEST at the end: pairwise accuracy against the **noise-free** preference
+(worldgen's hidden score, read here and in scorers only) over every pair of a scene's candidates whose scores
+differ, split into seen and held-out templates; and agreement with the noisy votes.
+
+Features of the frozen encoders are computed once per run and kept in memory (images: ViT patch tokens +
+attribute read-out; texts: MiniLM token states per distinct box text). Checkpoints (model, optimiser, step)
+every ``save_every`` steps in OUT/run/checkpoint.pt (``torch.load(weights_only=True)``); a rerun resumes.
+
+    python -m training.humor_rm --out DIR [--steps N] [--tiny] [--no-resume]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from core.atomic import atomic_path, write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RMRecipe:
+    scenes: int = 3000
+    val_scenes: int = 300
+    test_scenes: int = 600
+    steps: int = 3000
+    batch: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    centering: float = 0.01
+    eval_every: int = 500
+    save_every: int = 500
+    seed: int = 0
+
+
+def tiny_recipe() -> RMRecipe:
+    return RMRecipe(scenes=16, val_scenes=12, test_scenes=12, steps=6, batch=8, eval_every=3, save_every=3)
+
+
+class Features:
+    """Frozen-encoder features of a list of scenes: ``image[s]`` (64, D) per scene and, per candidate, the
+    index of its two box texts in ``boxes`` (U, L, 384) / ``box_mask`` (U, L)."""
+
+    def __init__(self, scenes, model, vlm, text):
+        self.scenes = scenes
+        self.image = torch.cat([model.image_features(vlm, np.stack([s.still for s in scenes[i:i + 256]]))
+                                for i in range(0, len(scenes), 256)]).half()
+        texts = sorted({t for s in scenes for c in s.candidates for t in c})
+        index = {t: i for i, t in enumerate(texts)}
+        L = model.config.max_text
+        self.boxes = torch.zeros(len(texts), L, model.config.text_dim, dtype=torch.half)
+        self.box_mask = torch.zeros(len(texts), L, dtype=torch.bool)
+        for i, st in enumerate(text.tokens(texts)):
+            n = min(L, len(st))
+            self.boxes[i, :n], self.box_mask[i, :n] = st[:n].half(), True
+        self.cand = [[(index[c[0]], index[c[1]]) for c in s.candidates] for s in scenes]
+
+    def batch(self, scene_ids: list[int], cand_ids: list[int], device) -> tuple[torch.Tensor, ...]:
+        box = torch.tensor([self.cand[s][c] for s, c in zip(scene_ids, cand_ids)])
+        return (self.image[scene_ids].float().to(device), self.boxes[box].float().to(device), self.box_mask[box].to(device))
+
+
+def evaluate(model, feats: Features) -> dict:
+    """Pairwise accuracy vs the noise-free preference (pairs with different scores), seen / held-out templates,
+    and agreement with the noisy votes."""
+    model.eval()
+    hits = {"seen": [0, 0], "held_out": [0, 0]}
+    votes = [0, 0]
+    with torch.no_grad():
+        for s, scene in enumerate(feats.scenes):
+            n = len(scene.candidates)
+            r = model(*feats.batch([s] * n, list(range(n)), model.device)).cpu().numpy()
+            key = "held_out" if scene.held_out else "seen"
+            for i in range(n):
+                for j in range(i + 1, n):
+                    if scene.scores[i] != scene.scores[j]:
+                        hits[key][0] += (r[i] > r[j]) == (scene.scores[i] > scene.scores[j])
+                        hits[key][1] += 1
+            for i, j, label in scene.pairs:
+                votes[0] += (r[i] > r[j]) == bool(label)
+                votes[1] += 1
+    model.train()
+    out = {f"acc_{k}": round(float(h) / max(1, t), 4) for k, (h, t) in hits.items()}
+    out.update({f"pairs_{k}": t for k, (_, t) in hits.items()}, vote_agreement=round(float(votes[0]) / max(1, votes[1]), 4))
+    return out
+
+
+def train_rm(out: str | Path, recipe: RMRecipe = RMRecipe(), resume: bool = True) -> dict:
+    from planners.builtin import load_builtin_vlm
+    from planners.builtin.text import MiniLM
+    from planners.meme_reward import BuiltinMemeRM
+    from training.group_rl import reward_model_loss
+    from training.humor_data import load_scenes
+
+    out = Path(out)
+    (out / "run").mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    torch.manual_seed(recipe.seed)
+    model = BuiltinMemeRM()
+    vlm, text = load_builtin_vlm(), MiniLM()
+    train = Features(load_scenes("train", recipe.scenes), model, vlm, text)
+    val = Features(load_scenes("val", recipe.val_scenes), model, vlm, text)
+    logger.info("features ready in %.1f min", (time.perf_counter() - t0) / 60)
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + np.cos(np.pi * min(1.0, s / recipe.steps))))
+    ckpt, step, history = out / "run" / "checkpoint.pt", 0, []
+    if resume and ckpt.exists():
+        state = torch.load(ckpt, weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        step, history = int(state["step"]), json.loads(state["history"])
+        logger.info("resumed at step %d", step)
+    pairs = [(s, i, j, label) for s, sc in enumerate(train.scenes) for i, j, label in sc.pairs]
+    t_loop = time.perf_counter()
+    while step < recipe.steps:
+        rng = np.random.default_rng([recipe.seed, step])  # the batch is a function of the step: exact resume
+        pick = rng.integers(len(pairs), size=recipe.batch)
+        s_ids, order = [], []
+        for k in pick:
+            s, i, j, label = pairs[k]
+            s_ids += [s, s]
+            order += [i, j] if label else [j, i]  # (winner, loser) by the noisy vote
+        r = model(*train.batch(s_ids, order, model.device)).view(-1, 2)
+        loss = reward_model_loss(r[:, 0], r[:, 1], recipe.centering)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        step += 1
+        if step % 50 == 0:
+            logger.info("step %d loss %.4f", step, float(loss))
+        if step % recipe.eval_every == 0 or step == recipe.steps:
+            history.append({"step": step, "loss": round(float(loss), 4), **evaluate(model, val)})
+            logger.info("val %s", history[-1])
+        if step % recipe.save_every == 0 or step == recipe.steps:
+            with atomic_path(ckpt) as tmp:
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step,
+                            "history": json.dumps(history)}, tmp)
+    minutes = (time.perf_counter() - t0) / 60
+    test = evaluate(model, Features(load_scenes("test", recipe.test_scenes), model, vlm, text))
+    facts = {"kind": "humor-rm", "recipe": asdict(recipe), "steps": step, "train_minutes": round(minutes, 2),
+             "loop_sec_per_step": round((time.perf_counter() - t_loop) / max(1, step), 4), "train_pairs": len(pairs),
+             "val_history": history, "test": test, "parameters": sum(p.numel() for p in model.parameters())}
+    model.save_pretrained(out, {"steps": step, "test_acc_held_out": test["acc_held_out"]})
+    write_json_atomic(out / "eval.json", facts)
+    return facts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.humor_rm", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="outputs/train/humor_rm")
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--no-resume", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    recipe = tiny_recipe() if args.tiny else RMRecipe()
+    if args.steps:
+        recipe = RMRecipe(**{**asdict(recipe), "steps": args.steps})
+    facts = train_rm(args.out, recipe, resume=not args.no_resume)
+    print(json.dumps({"steps": facts["steps"], "test": facts["test"], "train_minutes": facts["train_minutes"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

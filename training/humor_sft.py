@@ -1,0 +1,128 @@
+"""HUMOR stage 1: supervised fine-tuning of the meme writer on traced-back multi-path CoTs (spec b.2, b.5).
+
+The builtin writer is trained from scratch: a byte-level BPE tokenizer on the corpus, then a small
+``LlamaForCausalLM`` (``planners.meme_lm.MemeLMConfig``) through TRL's ``SFTTrainer`` on prompt-completion rows
+(loss on the completion only, as b.2's L_SFT). One model learns the three formats the benchmark compares, told
+apart by its prompt: K = 3 paths, a single path, the caption only (``training.humor_data.sft_corpus``).
+``--base`` fine-tunes any transformers causal LM folder instead (the same trainer and data).
+
+Checkpoints every ``save_steps`` in OUT/run; a rerun with the same OUT resumes from the last one (TRL / the
+Trainer restore the optimiser, scheduler, RNG and data order). The final model is saved in OUT.
+
+    python -m training.humor_sft --out DIR [--steps N] [--scenes N] [--tiny] [--no-resume]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from core.atomic import write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+KIND = "humor-sft"
+
+
+@dataclass(frozen=True)
+class SFTRecipe:
+    """[PROPOSED] sized from the measured loss curve: the traces are templated, so a fraction of an epoch suffices."""
+
+    scenes: int = 3000
+    per_scene: int = 2
+    steps: int = 900
+    batch: int = 16
+    lr: float = 1e-3
+    warmup_ratio: float = 0.05
+    max_length: int = 640
+    save_steps: int = 100
+    seed: int = 0
+
+
+def tiny_recipe() -> SFTRecipe:
+    return SFTRecipe(scenes=24, per_scene=1, steps=4, batch=4, save_steps=2)
+
+
+def sft_config(out: Path, recipe: SFTRecipe, **overrides):
+    """The TRL ``SFTConfig`` of a run (CPU-friendly: fp32, no workers, no reporting)."""
+    from trl import SFTConfig
+
+    kw = dict(output_dir=str(out / "run"), max_steps=recipe.steps, per_device_train_batch_size=recipe.batch, learning_rate=recipe.lr,
+              lr_scheduler_type="cosine", warmup_steps=max(1, round(recipe.warmup_ratio * recipe.steps)), weight_decay=0.01,
+              max_length=recipe.max_length, logging_steps=10, save_strategy="steps", save_steps=recipe.save_steps,
+              save_total_limit=2, report_to=[], seed=recipe.seed, bf16=False, fp16=False, dataloader_num_workers=0,
+              use_cpu=not torch.cuda.is_available(), disable_tqdm=True)
+    return SFTConfig(**{**kw, **overrides})
+
+
+def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), base: str | None = None, resume: bool = True) -> dict:
+    """Train the writer; returns the run's facts (also in OUT/train_summary.json)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTTrainer
+
+    from planners.meme_lm import BuiltinMemeWriter, new_meme_lm, train_tokenizer
+    from training.humor_data import load_scenes, sft_corpus
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    rows = sft_corpus(load_scenes("train", recipe.scenes), recipe.per_scene, seed=recipe.seed)
+    tok_dir = out / "run" / "tokenizer"
+    if base is not None:
+        tokenizer, model = AutoTokenizer.from_pretrained(base), AutoModelForCausalLM.from_pretrained(base)
+    else:
+        if (tok_dir / "tokenizer.json").exists():
+            tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+        else:
+            tokenizer = train_tokenizer([r["prompt"] + r["completion"] for r in rows])
+            tokenizer.save_pretrained(tok_dir)
+        model = new_meme_lm(tokenizer, seed=recipe.seed)
+    ds = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows])
+    trainer = SFTTrainer(model=model, args=sft_config(out, recipe), train_dataset=ds, processing_class=tokenizer)
+    last = _last_checkpoint(out / "run") if resume else None
+    if last:
+        logger.info("resuming from %s", last)
+    trainer.train(resume_from_checkpoint=str(last) if last else None)
+    minutes = (time.perf_counter() - t0) / 60
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    facts = {"kind": KIND, "recipe": asdict(recipe), "rows": len(rows), "steps": trainer.state.global_step,
+             "train_minutes": round(minutes, 2), "final_loss": history[-1]["loss"] if history else None,
+             "loss_curve": [(h["step"], h["loss"]) for h in history], "base": base or "from scratch",
+             "parameters": sum(p.numel() for p in model.parameters())}
+    BuiltinMemeWriter(trainer.model.cpu(), tokenizer).save_pretrained(out, {"stage": "sft", "steps": trainer.state.global_step})
+    write_json_atomic(out / "train_summary.json", facts)
+    return facts
+
+
+def _last_checkpoint(run: Path) -> Path | None:
+    ckpts = sorted(run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])) if run.is_dir() else []
+    return ckpts[-1] if ckpts else None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.humor_sft", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="outputs/train/humor_sft")
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--scenes", type=int)
+    ap.add_argument("--base", help="a transformers causal LM folder to fine-tune instead of training from scratch")
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--no-resume", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    recipe = tiny_recipe() if args.tiny else SFTRecipe()
+    over = {k: v for k, v in (("steps", args.steps), ("scenes", args.scenes)) if v}
+    recipe = SFTRecipe(**{**asdict(recipe), **over})
+    facts = train_sft(args.out, recipe, args.base, resume=not args.no_resume)
+    print(json.dumps({k: v for k, v in facts.items() if k != "loss_curve"}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
