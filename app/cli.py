@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from training.common import training_time_help
 
-    p = sub.add_parser("train", help="train a built-in model (vit, vlm)", formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = sub.add_parser("train", help="train a built-in model (vit, vlm, humor-sft, humor-rm, humor-rl)", formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Train a built-in model from scratch on worldgen data streamed on the fly (no dataset files), "
                                    "evaluate it on held-out seeds and write weights, train_config.json (the recipe), eval.json and "
                                    "card.md to OUT. Resumes from OUT/run/checkpoint with the recipe saved in OUT (--steps overrides it). "
@@ -152,11 +152,18 @@ def build_parser() -> argparse.ArgumentParser:
                               "  atelier train vit                                  # -> outputs/train/vit\n"
                               "  atelier train vit --steps 20 --out /tmp/vit-speed  # how fast is this machine?\n"
                               "  atelier train vlm --vit outputs/train/vit          # a VLM on your ViT -> outputs/train/vlm\n"
-                              "  atelier train vit --out weights/builtin/vit        # replace the shipped weights (only when named)")
-    p.add_argument("model", choices=["vit", "vlm"], help="which built-in model")
+                              "  atelier train vit --out weights/builtin/vit        # replace the shipped weights (only when named)\n"
+                              "  atelier train humor-sft                            # HUMOR's meme writer: SFT on traced-back CoTs\n"
+                              "  atelier train humor-rm                             # HUMOR's pairwise reward model\n"
+                              "  atelier train humor-rl --sft outputs/train/humor-sft  # group RL (GRPO) against the reward model")
+    p.add_argument("model", choices=["vit", "vlm", "humor-sft", "humor-rm", "humor-rl"], help="which built-in model")
     p.add_argument("--out", help="output folder: new, empty or an earlier run of MODEL (default outputs/train/MODEL)")
     p.add_argument("--steps", type=int, help="optimisation steps (default: the model's recipe, or the resumed run's)")
     p.add_argument("--vit", help="trained ViT folder (vlm only; default: the resumed run's, else the shipped weights/builtin/vit)")
+    p.add_argument("--sft", help="humor-rl only: the SFT writer to start from (default: outputs/train/humor-sft if it exists, "
+                                 "else the shipped weights/builtin/meme_writer_sft)")
+    p.add_argument("--reward", choices=["pairwise", "pointwise"], help="humor-rl only: the published pairwise group reward "
+                                                                       "(default) or the pointwise ablation")
     p.add_argument("--no-resume", action="store_true", help="start over instead of resuming a checkpoint")
     _add_common(p)
     p.set_defaults(func=_cmd_train)
@@ -436,6 +443,9 @@ def _cmd_train(args) -> int:
 
     # refuse a bad --out / --vit before loading anything: the shipped weights only when named
     out = check_out_dir(args.out or default_out(args.model), args.model, explicit=args.out is not None)
+    if args.model.startswith("humor-"):
+        _emit(args, {"out": str(out), **_train_humor(args, out)})
+        return 0
     if args.model == "vit":
         if args.vit is not None:
             logging.getLogger(__name__).warning("--vit %s is for `atelier train vlm`; training a ViT ignores it", args.vit)
@@ -450,6 +460,39 @@ def _cmd_train(args) -> int:
         metrics = train_vlm(out, args.vit, args.steps, resume=not args.no_resume)
     _emit(args, {"out": str(out), **metrics})
     return 0
+
+
+def _train_humor(args, out) -> dict:
+    """``atelier train humor-sft | humor-rm | humor-rl``: the recipes of training/humor_*.py."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from core.errors import InputError
+    from training.common import SHIPPED
+
+    if args.vit is not None:
+        raise InputError("--vit", args.vit, "--vit is for `atelier train vlm`")
+    if args.model == "humor-sft":
+        from training.humor_sft import SFTRecipe, train_sft
+
+        recipe = SFTRecipe() if args.steps is None else replace(SFTRecipe(), steps=args.steps)
+        facts = train_sft(out, recipe, resume=not args.no_resume)
+    elif args.model == "humor-rm":
+        from training.humor_rm import RMRecipe, train_rm
+
+        recipe = RMRecipe() if args.steps is None else replace(RMRecipe(), steps=args.steps)
+        facts = {"test": train_rm(out, recipe, resume=not args.no_resume)["test"]}
+    else:
+        from planners.meme_lm import MARKER
+        from training.humor_rl import RLRecipe, train_rl
+
+        sft = Path(args.sft) if args.sft else next((p for p in (Path("outputs/train/humor-sft"), SHIPPED / "meme_writer_sft")
+                                                    if (p / MARKER).exists()), SHIPPED / "meme_writer_sft")
+        if not (sft / MARKER).exists() and not (sft / "config.json").is_file():
+            raise InputError("--sft", str(sft), "no meme writer there: run `atelier train humor-sft` first or pass its --out")
+        recipe = replace(RLRecipe(), **{k: v for k, v in (("steps", args.steps), ("reward", args.reward)) if v is not None})
+        facts = train_rl(out, sft, recipe, resume=not args.no_resume)
+    return {k: v for k, v in facts.items() if k not in ("loss_curve", "curve", "val_history")}
 
 
 def _cmd_demo(args) -> int:

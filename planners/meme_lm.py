@@ -134,6 +134,16 @@ class BuiltinMemeWriter:
             self._vlm = load_builtin_vlm(self.model.device)
         return self._vlm
 
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def to(self, device: Any = None, dtype: Any = None) -> BuiltinMemeWriter:
+        self.model.to(**{k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None})
+        if self._vlm is not None and device is not None:
+            self._vlm.to(device)
+        return self
+
     @classmethod
     def from_pretrained(cls, path: str | Path | None = None, device: str | torch.device | None = None) -> BuiltinMemeWriter:
         from transformers import AutoTokenizer, LlamaForCausalLM
@@ -179,6 +189,24 @@ class VLMMemeWriter:
 
     def __init__(self, vlm, template_name: str = "the meme template in the image", max_new_tokens: int = 1024):
         self.vlm, self.template_name, self.max_new_tokens = vlm, template_name, max_new_tokens
+
+    @property
+    def device(self) -> torch.device:
+        return self.vlm.device
+
+    def to(self, device: Any = None, dtype: Any = None) -> VLMMemeWriter:
+        self.vlm.to(device=device, dtype=dtype)
+        return self
+
+    def save_pretrained(self, path: str | Path) -> Path:
+        """The VLM's checkpoint (reloaded by ``from_pretrained(path)`` / ``load_meme_writer(path)``)."""
+        return self.vlm.save_pretrained(path)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: Any = None, trust_remote_code: bool = False) -> VLMMemeWriter:
+        from planners.loading import load_vlm
+
+        return cls(load_vlm(str(path), device=device, trust_remote_code=trust_remote_code))
 
     def write(self, image: np.ndarray, topic: str | None = None, num_paths: int = 3, n: int = 4, *, num_boxes: int = 2,
               temperature: float = 1.0, top_p: float = 1.0, generator: Any = None, do_sample: bool = True) -> list[str]:

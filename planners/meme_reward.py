@@ -9,7 +9,9 @@
   **Deviation, stated:** the published reward model sees the two *rendered* memes; at the builtin's 64x64 the
   ViT cannot read rendered text, so the builtin scores the template image and the caption text that the
   rendering draws on it (the same information, minus typography) [PROPOSED].
-- ``HFPairwiseRM``: the published variant [RL-CODE]: both rendered memes in one context of a transformers VLM,
+- ``VLMJudgeRM``: the published judge protocol on any VLM (both rendered memes, a scored reply), the default
+  for a transformers checkpoint without a trained head;
+- ``HFPairwiseRM``: the published trained variant [RL-CODE]: both rendered memes in one context of a transformers VLM,
   attention pooling over its last hidden states (4 heads, a learned query, a position bias ``3.0 * i / S``
   favouring later tokens), then ``Linear(hidden, 2)``; "first better" when p1 > p0; trained with cross-entropy
   on randomly ordered pairs.
@@ -30,7 +32,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from core.errors import InputError, MediaError
 
@@ -268,6 +269,19 @@ class HFPairwiseRM(nn.Module):
     def judge(self, image: np.ndarray, a: Caption, b: Caption) -> str:
         return judge_reply(self.prefer(image, a, b))
 
+    @property
+    def device(self) -> torch.device:
+        return self.vlm.device
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: Any = None, trust_remote_code: bool = False) -> HFPairwiseRM:
+        return load_reward_model(str(directory), device=device, trust_remote_code=trust_remote_code)
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """The VLM's checkpoint plus ``reward_head.safetensors`` (reloaded by ``load_reward_model(directory)``)."""
+        self.vlm.save_pretrained(directory)
+        return self.save_head(directory)
+
     def save_head(self, directory: str | Path) -> Path:
         from core.weights_io import save_state_dict
 
@@ -279,6 +293,52 @@ class HFPairwiseRM(nn.Module):
         return directory
 
 
+JUDGE_PROMPT = ("You are judging two memes made on the same template. Compare how funny, fitting and creative they are. "
+                "Answer in exactly this format:\nImage 1 score: <0-10>\nImage 2 score: <0-10>\nWinner: <1 or 2 or tie>\n"
+                "Reason: <one sentence>")
+
+
+class VLMJudgeRM:
+    """The published judge protocol [RL-CODE] on any ``VisionLanguageModel``: both rendered memes in one turn, a
+    greedy reply of at most 96 new tokens in the ``Image 1 score`` / ``Image 2 score`` / ``Winner`` format, read by
+    ``planners.meme_ranking.pair_rewards`` (s_a / (s_a + s_b); unreadable -> the Winner line -> 0.5). The prompt's
+    wording is ours [PROPOSED]; the reply format and decoding are published. Symmetrised over both orders (b.3)."""
+
+    backend = "hf"
+
+    def __init__(self, vlm, max_new_tokens: int = 96):
+        self.vlm, self.max_new_tokens = vlm, max_new_tokens
+
+    @property
+    def device(self) -> torch.device:
+        return self.vlm.device
+
+    def reply(self, meme_a: np.ndarray, meme_b: np.ndarray) -> str:
+        from planners.protocol import ImagePart, Message, TextPart
+
+        turn = Message("user", [TextPart("Image 1:"), ImagePart(meme_a), TextPart("Image 2:"), ImagePart(meme_b), TextPart(JUDGE_PROMPT)])
+        return self.vlm.generate([turn], max_new_tokens=self.max_new_tokens)[0]
+
+    def prefer(self, image: np.ndarray, a: Caption, b: Caption) -> float:
+        from planners.meme_ranking import pair_rewards
+        from renderers.meme import render_meme
+
+        ma, mb = render_meme(image, _boxes(a)), render_meme(image, _boxes(b))
+        return float((pair_rewards(self.reply(ma, mb))[0] + pair_rewards(self.reply(mb, ma))[1]) / 2)
+
+    def judge(self, image: np.ndarray, a: Caption, b: Caption) -> str:
+        return judge_reply(self.prefer(image, a, b))
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        return self.vlm.save_pretrained(directory)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: Any = None, trust_remote_code: bool = False) -> VLMJudgeRM:
+        from planners.loading import load_vlm
+
+        return cls(load_vlm(str(directory), device=device, trust_remote_code=trust_remote_code))
+
+
 def _hidden_size(config: Any) -> int:
     for c in (config, getattr(config, "text_config", None)):
         if c is not None and getattr(c, "hidden_size", None):
@@ -288,8 +348,9 @@ def _hidden_size(config: Any) -> int:
 
 def load_reward_model(source: Any = "builtin", device: str | torch.device | None = None, dtype: Any = None,
                       trust_remote_code: bool = False):
-    """'builtin' (weights/builtin/meme_rm), a folder saved by ``BuiltinMemeRM``, a transformers VLM folder (the
-    pairwise head; ``reward_head.safetensors`` in it is loaded when present), or an object with ``prefer``."""
+    """'builtin' (weights/builtin/meme_rm), a folder saved by ``BuiltinMemeRM``, a transformers VLM folder with a
+    trained ``reward_head.safetensors`` (the published pairwise head, ``HFPairwiseRM``), a transformers VLM folder
+    without one (the published judge prompt, ``VLMJudgeRM``), or an object with ``prefer``."""
     if not isinstance(source, (str, Path)):
         if hasattr(source, "prefer"):
             return source
@@ -307,8 +368,12 @@ def load_reward_model(source: Any = "builtin", device: str | torch.device | None
     from core.weights_io import load_state_dict
     from planners.loading import load_vlm
 
-    rm = HFPairwiseRM(load_vlm(str(path), device=device, dtype=dtype, trust_remote_code=trust_remote_code))
+    vlm = load_vlm(str(path), device=device, dtype=dtype, trust_remote_code=trust_remote_code)
     head = path / "reward_head.safetensors"
+    if not head.is_file():
+        return VLMJudgeRM(vlm)
+    meta = json.loads((path / "reward_head.json").read_text()) if (path / "reward_head.json").is_file() else {}
+    rm = HFPairwiseRM(vlm, meta.get("heads", 4), meta.get("position_bias_scale", 3.0))
     if head.is_file():
         state = load_state_dict(head)
         rm.pool.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("pool.")})

@@ -24,7 +24,10 @@ from core.errors import InputError
 logger = logging.getLogger(__name__)
 
 SHIPPED = Path(__file__).resolve().parents[1] / "weights" / "builtin"
-KINDS = {"vit": "builtin-vit", "vlm": "builtin-vlm"}  # the "model" tag of config.json / train_config.json
+# the "model" tag of config.json / train_config.json (a transformers config.json has none and is not read)
+KINDS = {"vit": "builtin-vit", "vlm": "builtin-vlm", "humor-sft": "humor-sft", "humor-rm": "builtin-meme-rm", "humor-rl": "humor-rl"}
+# the shipped folder of each model under weights/builtin/ (its name when not listed)
+SHIPPED_NAMES = {"humor-sft": "meme_writer_sft", "humor-rm": "meme_rm", "humor-rl": "meme_writer"}
 TRAIN_CONFIG = "train_config.json"
 DESIGN_NOTES = "## Design notes and measurements"
 
@@ -72,7 +75,9 @@ def _tags(directory: Path) -> set[str]:
         path = directory / name
         if path.is_file():
             try:
-                tags.add(str(json.loads(path.read_text()).get("model")))
+                raw = json.loads(path.read_text())
+                if name == TRAIN_CONFIG or "model" in raw:
+                    tags.add(str(raw.get("model")))
             except (OSError, ValueError, AttributeError):
                 tags.add("?")
     return tags
@@ -91,11 +96,12 @@ def check_out_dir(out: str | Path, model: str, explicit: bool = True) -> Path:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError("--out", str(out), f"that is a file; pass a folder for the run (new, empty, or an earlier `atelier train {model}` run)")
-    shipped = {(SHIPPED / m).resolve(): m for m in KINDS}
+    shipped = {(SHIPPED / SHIPPED_NAMES.get(m, m)).resolve(): m for m in KINDS}
     owner = shipped.get(out.resolve())
     if owner == model:
         if not explicit:
-            raise InputError("--out", str(out), f"that folder holds the shipped {model} weights; to overwrite them, pass --out {_shown(SHIPPED / model)} yourself")
+            raise InputError("--out", str(out), f"that folder holds the shipped {model} weights; to overwrite them, pass --out "
+                                                f"{_shown(SHIPPED / SHIPPED_NAMES.get(model, model))} yourself")
         return out
     if owner is not None:
         raise InputError("--out", str(out), f"that folder holds the shipped {owner} weights, not a {model} run; pick another --out")

@@ -139,6 +139,7 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
         raise InputError("reward", recipe.reward, "choose pairwise (published) or pointwise (the ablation)")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "train_config.json", {"model": KIND, "recipe": asdict(recipe)})
     t0 = time.perf_counter()
     scenes = load_scenes("train", recipe.scenes)
     rm = load_reward_model(reward_model)

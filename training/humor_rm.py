@@ -34,6 +34,8 @@ from core.atomic import atomic_path, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
+KIND = "builtin-meme-rm"  # the saved model's tag (planners.meme_reward.KIND)
+
 
 @dataclass(frozen=True)
 class RMRecipe:
@@ -111,6 +113,7 @@ def train_rm(out: str | Path, recipe: RMRecipe = RMRecipe(), resume: bool = True
 
     out = Path(out)
     (out / "run").mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "train_config.json", {"model": KIND, "recipe": asdict(recipe)})
     t0 = time.perf_counter()
     torch.manual_seed(recipe.seed)
     model = BuiltinMemeRM()

@@ -72,6 +72,7 @@ def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), base: str | None
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "train_config.json", {"model": KIND, "recipe": asdict(recipe)})
     t0 = time.perf_counter()
     rows = sft_corpus(load_scenes("train", recipe.scenes), recipe.per_scene, seed=recipe.seed)
     tok_dir = out / "run" / "tokenizer"

@@ -1,0 +1,225 @@
+"""HUMOR on held-out worldgen meme scenes, judged by the hidden preference (``scorers.preference``).
+
+For each TEST scene (seen and held-out templates; ``training.humor_data.HELD_OUT_TEMPLATES`` never appear in
+training) every method samples ``--samples`` memes with the same seed, and each sample is graded: format
+validity, win rate against the scene's own human memes (the reference set) and mean preference of the readable
+ones, the win rate of the one the reward model ranks first (what a user sees as #1), diversity (distinct
+captions, distinct-1 / -2, ideas explored by the reasoning paths). Methods:
+
+- ``direct``: the SFT writer asked for the caption only (no CoT);
+- ``single``: the SFT writer, one reasoning path;
+- ``multi``: the SFT writer, K = 3 paths then anchoring (HUMOR's SFT stage);
+- ``rl``: the writer after group RL with the pairwise reward (``--rl``);
+- ``rl_pointwise``: the writer after RL with a pointwise reward instead (``--rl-pointwise``).
+
+Row ``rm`` per scene: the reward model's pairwise accuracy against the noise-free preference over the scene's
+human memes. ``--curve RUN`` instead grades the SFT writer and each checkpoint of an RL run (K = 3) for the
+plot of preference against RL steps. Resumable (``rows.jsonl``), shardable (``--start``/``--n``, ``--merge``).
+
+    python -m benchmarks.humor --n 120 --out outputs/bench/humor
+    python -m benchmarks.humor --curve outputs/train/humor_rl --n 40 --out outputs/bench/humor_curve
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import (RowLog, add_shard_arguments, command_line, group_rows, in_range, markdown_table, merge_rows,
+                               paired_bootstrap, paired_cell, write_results)
+
+logger = logging.getLogger("benchmarks.humor")
+METHODS = {"direct": ("sft", 0), "single": ("sft", 1), "multi": ("sft", 3), "rl": ("rl", 3), "rl_pointwise": ("rl_pointwise", 3)}
+FIELDS = ("valid", "win", "preference", "top1_win", "distinct_captions", "distinct_1", "distinct_2", "ideas")
+
+
+def _writers(args, names):
+    from planners.meme_lm import load_meme_writer
+
+    folders = {"sft": args.sft, "rl": args.rl, "rl_pointwise": args.rl_pointwise}
+    return {n: load_meme_writer(folders[n]) for n in names}
+
+
+def grade(writer, rm, scene, num_paths: int, samples: int, seed: int) -> dict:
+    import torch
+
+    from scorers.preference import grade_samples, win_rate
+
+    texts = writer.write(scene.still, None, num_paths, samples, generator=torch.Generator().manual_seed(seed))
+    g = grade_samples(texts, num_paths, scene.candidates, scene.scene_words)
+    readable = [b for b in g.pop("boxes") if b is not None]
+    if readable:
+        r = rm.score(scene.still, readable)
+        best = readable[int(np.argmax(r))]
+        g.update(top1_win=win_rate(best, scene.candidates, scene.scene_words), top1=best)
+    else:
+        g.update(top1_win=0.0, top1=None)
+    return g
+
+
+def run(args) -> list[dict]:
+    from planners.meme_reward import load_reward_model
+    from scorers.preference import pairwise_accuracy
+    from training.humor_data import load_scenes
+
+    methods = [m for m in args.methods.split(",") if m]
+    for m in methods:
+        if m not in METHODS:
+            raise SystemExit(f"invalid --methods entry {m!r}: choose from {sorted(METHODS)}")
+    header = {"benchmark": "humor", "methods": methods, "samples": args.samples, "sft": args.sft, "rl": args.rl,
+              "rl_pointwise": args.rl_pointwise, "reward_model": args.reward_model, "curve": args.curve}
+    log = RowLog(args.out, header)
+    todo = log.todo(range(args.start, args.start + args.n))
+    if not todo:
+        return log.select(range(args.start, args.start + args.n))
+    scenes = load_scenes("test", args.start + args.n)
+    rm = load_reward_model(args.reward_model)
+    if args.curve:
+        writers = _curve_writers(args)
+    else:
+        loaded = _writers(args, sorted({METHODS[m][0] for m in methods}))
+        writers = {m: loaded[METHODS[m][0]] for m in methods}
+    for i in todo:
+        s = scenes[i]
+        t0 = time.perf_counter()
+        base = {"item": i, "template": s.template, "held_out": s.held_out}
+        rows = []
+        for name, w in writers.items():
+            k = 3 if args.curve else METHODS[name][1]
+            rows.append({**base, "method": name, **grade(w, rm, s, k, args.samples, seed=i)})
+        hits, pairs = pairwise_accuracy(rm.score(s.still, s.candidates), s.scores)
+        rows.append({**base, "method": "rm", "hits": hits, "pairs": pairs})
+        log.append(rows)
+        logger.info("scene %d (%s) in %.1f s: %s", i, s.template, time.perf_counter() - t0,
+                    {r["method"]: round(r.get("win", r.get("hits", 0)), 3) for r in rows})
+    return log.select(range(args.start, args.start + args.n))
+
+
+def _curve_writers(args) -> dict:
+    from planners.meme_lm import BuiltinMemeWriter, load_meme_writer
+
+    run_dir = Path(args.curve) / "run"
+    ckpts = sorted(run_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    out = {"step 0": load_meme_writer(args.sft)}
+    tok = out["step 0"].tokenizer
+    from transformers import LlamaForCausalLM
+
+    for c in ckpts:
+        out[f"step {c.name.split('-')[-1]}"] = BuiltinMemeWriter(LlamaForCausalLM.from_pretrained(c, use_safetensors=True), tok,
+                                                                 vlm=out["step 0"].vlm)
+    return out
+
+
+def summarise(rows: list[dict]) -> dict:
+    by = group_rows([r for r in rows if r["method"] != "rm"], lambda r: r["method"])
+    out = {}
+    for m, rs in by.items():
+        d = {f: float(np.nanmean([r[f] for r in rs])) for f in FIELDS}
+        for part, keep in (("seen", False), ("held_out", True)):
+            sub = [r for r in rs if r["held_out"] == keep]
+            d[f"win_{part}"] = float(np.mean([r["win"] for r in sub])) if sub else float("nan")
+            d[f"top1_win_{part}"] = float(np.mean([r["top1_win"] for r in sub])) if sub else float("nan")
+        d["scenes"] = len(rs)
+        out[m] = d
+    rm = [r for r in rows if r["method"] == "rm"]
+    for part, keep in (("seen", False), ("held_out", True)):
+        sub = [r for r in rm if r["held_out"] == keep]
+        out.setdefault("rm", {})[f"accuracy_{part}"] = sum(r["hits"] for r in sub) / max(1, sum(r["pairs"] for r in sub))
+        out["rm"][f"pairs_{part}"] = sum(r["pairs"] for r in sub)
+    paired = {}
+    for a, b, f in (("rl", "multi", "win"), ("rl", "multi", "top1_win"), ("rl", "rl_pointwise", "win"), ("multi", "single", "win"),
+                    ("multi", "single", "ideas"), ("multi", "single", "distinct_captions"), ("multi", "direct", "win")):
+        if a in by and b in by:
+            xa = {r["item"]: r[f] for r in by[a]}
+            xb = {r["item"]: r[f] for r in by[b]}
+            common = sorted(set(xa) & set(xb))
+            paired[f"{a}-{b}:{f}"] = paired_bootstrap([xa[i] for i in common], [xb[i] for i in common])
+    out["paired"] = paired
+    return out
+
+
+def markdown(summary: dict, meta: dict) -> str:
+    methods = [m for m in summary if m not in ("rm", "paired")]
+    lines = [f"# HUMOR benchmark ({meta['scenes']} TEST scenes, {meta['samples']} samples each)", "", f"`{meta['command']}`", ""]
+    lines += markdown_table(["method", "valid", "win", "win seen", "win held-out", "#1 win", "preference", "distinct captions",
+                             "distinct-2", "ideas"],
+                            [[m, f"{100 * s['valid']:.1f}%", f"{100 * s['win']:.1f}%", f"{100 * s['win_seen']:.1f}%",
+                              f"{100 * s['win_held_out']:.1f}%", f"{100 * s['top1_win']:.1f}%", f"{s['preference']:.3f}",
+                              f"{s['distinct_captions']:.2f}", f"{s['distinct_2']:.3f}", f"{s['ideas']:.2f}"]
+                             for m, s in ((m, summary[m]) for m in methods)])
+    rm = summary.get("rm", {})
+    lines += ["", f"Reward model pairwise accuracy vs the noise-free preference: seen templates {100 * rm.get('accuracy_seen', 0):.1f}% "
+                  f"({rm.get('pairs_seen', 0)} pairs), held-out templates {100 * rm.get('accuracy_held_out', 0):.1f}% "
+                  f"({rm.get('pairs_held_out', 0)} pairs).", ""]
+    for k, d in summary.get("paired", {}).items():
+        scale = 1.0 if k.endswith(("ideas", "distinct_captions")) else 100.0
+        lines.append(f"- {k}: {paired_cell(d, scale)} ({d['n']} scenes)")
+    return "\n".join(lines) + "\n"
+
+
+def curve_plot(summary: dict, path: Path) -> Path:
+    """Win rate (and its #1) against RL steps, drawn with PIL."""
+    from PIL import Image, ImageDraw
+
+    from benchmarks.common import _save_png
+
+    pts = sorted((int(m.split()[-1]), s["win"], s["top1_win"]) for m, s in summary.items() if m.startswith("step "))
+    W, H, left, right, top, bottom = 900, 520, 70, 170, 40, 60
+    img = Image.new("RGB", (W, H), "white")
+    d = ImageDraw.Draw(img)
+    if not pts:
+        return _save_png(img, path)
+    x1 = max(p[0] for p in pts) or 1
+
+    def px(x, y):
+        return left + x / x1 * (W - left - right), top + (1 - y) * (H - top - bottom)
+
+    d.rectangle([left, top, W - right, H - bottom], outline="black")
+    for y in range(0, 101, 20):
+        _, yy = px(0, y / 100)
+        d.line([left, yy, W - right, yy], fill=(230, 230, 230))
+        d.text((left - 34, yy - 6), f"{y}%", fill="black")
+    for x, _, _ in pts:
+        xx, _ = px(x, 0)
+        d.text((xx - 8, H - bottom + 8), str(x), fill="black")
+    for k, colour, name in ((1, (40, 80, 220), "mean win rate"), (2, (220, 40, 40), "#1 (reward model's pick)")):
+        d.line([px(p[0], p[k]) for p in pts], fill=colour, width=3)
+        for p in pts:
+            cx, cy = px(p[0], p[k])
+            d.ellipse([cx - 4, cy - 4, cx + 4, cy + 4], fill=colour)
+        d.text((W - right + 12, top + 20 * k), name, fill=colour)
+    d.text(((W - right + left) // 2 - 60, H - 25), "RL steps", fill="black")
+    d.text((8, top - 28), "win rate against the scene's human memes (hidden preference), K = 3 paths", fill="black")
+    return _save_png(img, path)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.humor", description=__doc__.splitlines()[0])
+    add_shard_arguments(ap, 120, "scenes", "methods")
+    ap.add_argument("--methods", default="direct,single,multi,rl,rl_pointwise")
+    ap.add_argument("--samples", type=int, default=8, help="memes sampled per scene and method (G)")
+    ap.add_argument("--sft", default="weights/builtin/meme_writer_sft")
+    ap.add_argument("--rl", default="weights/builtin/meme_writer")
+    ap.add_argument("--rl-pointwise", default="outputs/train/humor_rl_pointwise")
+    ap.add_argument("--reward-model", default="builtin")
+    ap.add_argument("--curve", help="an RL run folder: grade the SFT writer and each of its checkpoints instead")
+    ap.add_argument("--out", type=Path, default=Path("outputs/bench/humor"))
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    rows = in_range(merge_rows(args.merge), args.items) if args.merge else run(args)
+    summary = summarise(rows)
+    meta = {"scenes": len({r["item"] for r in rows}), "samples": args.samples, "command": command_line("benchmarks.humor", argv)}
+    write_results(args.out, meta, summary, rows, markdown(summary, meta))
+    if args.curve:
+        curve_plot(summary, args.out / "curve.png")
+    print(markdown(summary, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
