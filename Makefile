@@ -43,6 +43,9 @@ weights: $(STAMP)
 	$(PY) -m training.planner --out weights/builtin/planner
 	$(PY) -m training.skeleton_planner --out weights/builtin/skeleton_planner
 	$(PY) -m training.motion_renderer --out weights/builtin/motion_renderer
+	$(PY) -m training.humor_sft --out weights/builtin/meme_writer_sft
+	$(PY) -m training.humor_rm --out weights/builtin/meme_rm
+	$(PY) -m training.humor_rl --sft weights/builtin/meme_writer_sft --out weights/builtin/meme_writer
 
 clean:
 	rm -rf outputs .pytest_cache

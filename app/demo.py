@@ -64,6 +64,8 @@ def run_demo(out: str | Path, video: str | Path | None = None) -> Path:
     _add_bernini(gallery, out)
     logger.info("AnyMotion on a held-out motion edit")
     _add_anymotion(gallery, out)
+    logger.info("HUMOR on a held-out meme template")
+    _add_humor(gallery, out)
     logger.info("worldgen previews")
     _add_worldgen(gallery, out)
     return gallery.write()
@@ -158,6 +160,40 @@ def _add_anymotion(gallery: Gallery, out: Path) -> None:
         images=[s["files"]["side_by_side.png"]], videos=[str(clip), s["files"]["video.mp4"]],
         data={"reasoning": s["reasoning"], "message": s["message"], "seconds": s["seconds"]},
         command=f"atelier motion {clip} \"{instruction}\" -o motion/",
+    ))
+
+
+def _add_humor(gallery: Gallery, out: Path) -> None:
+    """Memes for a held-out worldgen template (a template no training scene used), written and ranked by HUMOR."""
+    from PIL import Image
+
+    from app.runner import run_app
+    from core.errors import InputError
+    from pipelines.registry import get_app
+    from training.humor_data import HELD_OUT_TEMPLATES, make_scene
+
+    i = 0
+    while (scene := make_scene("test", i, perception="-")).template != HELD_OUT_TEMPLATES[1]:
+        i += 1
+    (out / "humor").mkdir(parents=True, exist_ok=True)
+    template = out / "humor" / "template.png"
+    Image.fromarray(scene.still).save(template)
+    try:
+        _, s = run_app(get_app("meme"), {"image": str(template), "num_memes": 4, "seed": 0, "progress": False},
+                       out_dir=out / "humor" / "memes")
+    except InputError as e:  # the builtin weights are missing
+        logger.warning("HUMOR demo skipped: %s", e)
+        return
+    best = s["memes"][0] if s["memes"] else None
+    gallery.add(Section(
+        "HUMOR: memes by multi-path reasoning, ranked by a pairwise reward model",
+        f"A template no training scene used (\"{scene.template}\"). The writer reads the picture (the builtin VLM's object list), "
+        "writes the template's intent, three reasoning paths under different contexts, anchors on one and writes the boxes; "
+        "the reward model compares every two memes and ranks them. gallery.png: best first. How often they beat the scene's "
+        "human memes under the hidden preference: docs/BENCHMARKS.md.",
+        images=[s["files"]["gallery.png"]],
+        data={"best": best, "intent": s["intent"], "message": s["message"], "seconds": s["seconds"]},
+        command=f"atelier meme {template} -n 4 -o memes/",
     ))
 
 

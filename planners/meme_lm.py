@@ -27,8 +27,8 @@ from planners.protocol import generation_seed
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "weights" / "builtin" / "meme_writer"
 MARKER = "atelier_meme_writer.json"
-# [PROPOSED] the longest CoT the builtin model writes: the SFT traces are at most ~360 tokens
-MAX_NEW_TOKENS = 480
+# [PROPOSED] the longest CoT the builtin model writes: its SFT traces are at most ~260 tokens
+MAX_NEW_TOKENS = 360
 MAX_TOPIC_CHARS = 200
 
 

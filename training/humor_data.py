@@ -12,10 +12,12 @@ for the scorers; no training code here reads them.
 **Trace-back** (spec b.2; the procedure is [PROPOSED], the paper's was never published). Worldgen's candidates
 are the scene's human memes and its pairwise labels (10% flipped) the human votes. The ground-truth caption of
 a trace is drawn from the upper half of the scene's candidates by Borda count over those noisy votes (the
-popular memes: a real corpus keeps those) [PROPOSED]; its reasoning path is written from what it does (which
-objects it names, how the punchline turns the setup), and the other K - 1 paths are other candidates of the same
+popular memes: a real corpus keeps those) [PROPOSED]; its reasoning path is written from what it does (whether
+it names the picture's objects, how the punchline turns the setup), and the other K - 1 paths are other candidates of the same
 scene (the alternative contexts), in shuffled order; Step 1 anchors on the ground truth's path. The texts are
-our templates (no teacher VLM here) [PROPOSED]. With ``topic_rate``, a content word of the ground truth becomes
+our templates (no teacher VLM here), kept short: a 2M-parameter writer copies object names from its prompt
+reliably only a few times per answer (measured: with the perception repeated in the description and the
+names in every path, a 400-step run plateaued at loss 0.27 and wrote 12-75% readable samples) [PROPOSED]. With ``topic_rate``, a content word of the ground truth becomes
 the user's topic, so the model learns to follow one. ``num_paths=1`` writes the single-path ablation, 0 the
 direct caption (only ``Text on the Meme:``).
 """
@@ -174,17 +176,15 @@ def _mentions(caption: tuple[str, str], names: dict[str, str]) -> list[str]:
 
 
 def _context(caption: tuple[str, str], names: dict[str, str]) -> str:
-    named = _mentions(caption, names)
-    if named:
-        return f"the {named[0]}'s side"
+    if _mentions(caption, names):
+        return "the objects in the picture"
     if (caption[0], caption[1]) in set(meme.GENERIC):
         return "a classic meme format"
     return "everyday life"
 
 
 def _path_text(caption: tuple[str, str], names: dict[str, str]) -> str:
-    named = _mentions(caption, names)
-    how = f"put the {' and the '.join(named)} from the picture into words" if named else "compare the scene to a relatable moment"
+    how = "name them" if _mentions(caption, names) else "a relatable moment"
     return f'{how} -> "{caption[0]}" / "{caption[1]}"'
 
 
@@ -193,9 +193,8 @@ def _why(caption: tuple[str, str], names: dict[str, str], topic: str | None) -> 
     reasons = []
     if topic:
         reasons.append(f"it is about {topic}")
-    named = _mentions(caption, names)
-    if named:
-        reasons.append(f"it names the {' and the '.join(named)} the picture shows")
+    if _mentions(caption, names):
+        reasons.append("it names what the picture shows")
     if not set(top) & set(bottom):
         reasons.append("the punchline turns the setup")
     if len(top) + len(bottom) <= 8:
@@ -234,14 +233,14 @@ def trace(scene: MemeScene, gt: int, others: list[int], num_paths: int = 3, topi
     paths = [chosen[k] for k in order]
     anchor = paths.index(gt)
     cot = MemeCoT(
-        description=f"The picture shows {scene.perception}. It reads as a {scene.template} scene: {SCENE_NOTES[scene.template]}.",
+        description=f"A {scene.template} scene: {SCENE_NOTES[scene.template]}.",
         usage_scenarios=USAGE_NOTES[scene.intent],
-        text_analysis="The top box sets up a situation and the bottom box turns it.",
+        text_analysis="Box 1 sets up, box 2 turns it.",
         paths=[ReasoningPath(_context(scene.candidates[k], scene.names), _path_text(scene.candidates[k], scene.names)) for k in paths],
         specific_analysis=f"User input: {topic}." if topic else "No user input: the funniest angle wins.",
         anchor=anchor,
         step1=_why(caption, scene.names, topic),
-        step2=f'setup "{caption[0]}", punchline "{caption[1]}"',
+        step2="the setup in box 1, the punchline in box 2",
         text_on_meme=[caption[0], caption[1]],
     )
     return render_cot(cot)

@@ -18,7 +18,7 @@ completion's own sigmoid(r_i), no comparison.
 
 Published settings that do not fit a 2M-parameter model trained from scratch on CPU, changed and said so:
 lr 1e-6 -> ``RLRecipe.lr``; 20 episodes x rollout batch 128 -> ``steps`` x ``batch``; up to 2,048 generated
-tokens -> ``max_completion_length`` (the SFT traces are at most ~380 tokens).
+tokens -> ``max_completion_length`` (the SFT traces are at most ~260 tokens).
 
 Checkpoints every ``save_steps`` in OUT/run (the curve of preference against steps in docs/BENCHMARKS.md is
 measured on them); a rerun with the same OUT resumes from the last one.
@@ -57,7 +57,7 @@ class RLRecipe:
     lr: float = 3e-5
     beta: float = 0.01
     temperature: float = 1.0
-    max_completion_length: int = 420
+    max_completion_length: int = 320
     reward: str = "pairwise"
     format_weight: float = 0.1
     save_steps: int = 25

@@ -42,7 +42,7 @@ class RMRecipe:
     scenes: int = 3000
     val_scenes: int = 300
     test_scenes: int = 600
-    steps: int = 3000
+    steps: int = 1200
     batch: int = 64
     lr: float = 1e-3
     weight_decay: float = 0.01
@@ -122,7 +122,7 @@ def train_rm(out: str | Path, recipe: RMRecipe = RMRecipe(), resume: bool = True
     val = Features(load_scenes("val", recipe.val_scenes), model, vlm, text)
     logger.info("features ready in %.1f min", (time.perf_counter() - t0) / 60)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + np.cos(np.pi * min(1.0, s / recipe.steps))))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: float(min(1.0, (s + 1) / 100) * 0.5 * (1 + np.cos(np.pi * min(1.0, s / recipe.steps)))))
     ckpt, step, history = out / "run" / "checkpoint.pt", 0, []
     if resume and ckpt.exists():
         state = torch.load(ckpt, weights_only=True)

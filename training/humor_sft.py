@@ -36,7 +36,7 @@ class SFTRecipe:
 
     scenes: int = 3000
     per_scene: int = 2
-    steps: int = 900
+    steps: int = 400
     batch: int = 16
     lr: float = 1e-3
     warmup_ratio: float = 0.05
@@ -112,13 +112,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="outputs/train/humor_sft")
     ap.add_argument("--steps", type=int)
     ap.add_argument("--scenes", type=int)
+    ap.add_argument("--lr", type=float)
     ap.add_argument("--base", help="a transformers causal LM folder to fine-tune instead of training from scratch")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     recipe = tiny_recipe() if args.tiny else SFTRecipe()
-    over = {k: v for k, v in (("steps", args.steps), ("scenes", args.scenes)) if v}
+    over = {k: v for k, v in (("steps", args.steps), ("scenes", args.scenes), ("lr", args.lr)) if v}
     recipe = SFTRecipe(**{**asdict(recipe), **over})
     facts = train_sft(args.out, recipe, args.base, resume=not args.no_resume)
     print(json.dumps({k: v for k, v in facts.items() if k != "loss_curve"}))

@@ -153,9 +153,9 @@ def display_image(image: np.ndarray, meme_size: int) -> np.ndarray:
 class HumorPipeline(Pipeline):
     component_specs = {
         "writer": ComponentSpec(WriterSlot, "planners.meme_lm:load_meme_writer",
-                                help="meme writer: 'builtin', a saved writer folder, or a transformers VLM checkpoint"),
+                                help="meme writer (a VLM checkpoint is asked with the published CoT schema)"),
         "reward_model": ComponentSpec(RewardSlot, "planners.meme_reward:load_reward_model",
-                                      help="pairwise reward model: 'builtin', a saved one, or a transformers VLM checkpoint"),
+                                      help="pairwise reward model (a VLM checkpoint without a trained head judges with the published prompt)"),
     }
     config_class = HumorConfig
 
