@@ -1,6 +1,6 @@
 """HUMOR on held-out worldgen meme scenes, judged by the hidden preference (``scorers.preference``).
 
-For each TEST scene (seen and held-out templates; ``training.humor_data.HELD_OUT_TEMPLATES`` never appear in
+For each TEST scene (``--split val`` for choosing between runs; seen and held-out templates; ``training.humor_data.HELD_OUT_TEMPLATES`` never appear in
 training) every method samples ``--samples`` memes with the same seed, and each sample is graded: format
 validity, win rate against the scene's own human memes (the reference set) and mean preference of the readable
 ones, the win rate of the one the reward model ranks first (what a user sees as #1), diversity (distinct
@@ -71,13 +71,13 @@ def run(args) -> list[dict]:
     for m in methods:
         if m not in METHODS:
             raise SystemExit(f"invalid --methods entry {m!r}: choose from {sorted(METHODS)}")
-    header = {"benchmark": "humor", "methods": methods, "samples": args.samples, "sft": args.sft, "rl": args.rl,
+    header = {"benchmark": "humor", "split": args.split, "methods": methods, "samples": args.samples, "sft": args.sft, "rl": args.rl,
               "rl_pointwise": args.rl_pointwise, "reward_model": args.reward_model, "curve": args.curve}
     log = RowLog(args.out, header)
     todo = log.todo(range(args.start, args.start + args.n))
     if not todo:
         return log.select(range(args.start, args.start + args.n))
-    scenes = load_scenes("test", args.start + args.n)
+    scenes = load_scenes(args.split, args.start + args.n)
     rm = load_reward_model(args.reward_model)
     if args.curve:
         writers = _curve_writers(args)
@@ -145,7 +145,8 @@ def summarise(rows: list[dict]) -> dict:
 
 def markdown(summary: dict, meta: dict) -> str:
     methods = [m for m in summary if m not in ("rm", "paired")]
-    lines = [f"# HUMOR benchmark ({meta['scenes']} TEST scenes, {meta['samples']} samples each)", "", f"`{meta['command']}`", ""]
+    lines = [f"# HUMOR benchmark ({meta['scenes']} {meta.get('split', 'test').upper()} scenes, {meta['samples']} samples each)", "",
+             f"`{meta['command']}`", ""]
     lines += markdown_table(["method", "valid", "win", "win seen", "win held-out", "#1 win", "preference", "distinct captions",
                              "distinct-2", "ideas"],
                             [[m, f"{100 * s['valid']:.1f}%", f"{100 * s['win']:.1f}%", f"{100 * s['win_seen']:.1f}%",
@@ -208,12 +209,14 @@ def main(argv=None) -> int:
     ap.add_argument("--rl-pointwise", default="outputs/train/humor_rl_pointwise")
     ap.add_argument("--reward-model", default="builtin")
     ap.add_argument("--curve", help="an RL run folder: grade the SFT writer and each of its checkpoints instead")
+    ap.add_argument("--split", choices=("test", "val"), default="test", help="scenes to grade (val: for choosing between runs)")
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/humor"))
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     rows = in_range(merge_rows(args.merge), args.items) if args.merge else run(args)
     summary = summarise(rows)
-    meta = {"scenes": len({r["item"] for r in rows}), "samples": args.samples, "command": command_line("benchmarks.humor", argv)}
+    meta = {"scenes": len({r["item"] for r in rows}), "samples": args.samples, "split": args.split,
+            "command": command_line("benchmarks.humor", argv)}
     write_results(args.out, meta, summary, rows, markdown(summary, meta))
     if args.curve:
         curve_plot(summary, args.out / "curve.png")

@@ -43,7 +43,10 @@ def test_meme_writes_ranked_memes_and_their_reasoning(template, tmp_path, capsys
     (["-n", "0"], "num_memes"), (["-n", "500"], "num_memes"), (["--topic", ""], "topic"), (["--topic", "x" * 300], "topic"),
     (["--num-paths", "9"], "num_paths"), (["--ranking", "elo"], "ranking")])
 def test_bad_counts_and_topics_are_one_line_errors(template, argv, names, capsys):
-    code = main(["meme", str(template), *argv, "--no-progress"])
+    try:
+        code = main(["meme", str(template), *argv, "--no-progress"])
+    except SystemExit as e:  # argparse's own checks (choices)
+        code = e.code
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and names in err.strip().splitlines()[-1]
 
@@ -63,7 +66,8 @@ def test_the_batch_verb_isolates_a_bad_item(template, tmp_path):
     manifest.write_text("".join(json.dumps(it) + "\n" for it in items))
     summary = run_batch(manifest, tmp_path / "out", progress=False)
     assert (summary.ok, summary.failed) == (1, 1)
-    assert (tmp_path / "out" / "ok" / "meme_1.png").is_file()
+    saved = tmp_path / "out" / "ok" / "humor"
+    assert (saved / "image.png").is_file() and len(json.loads((saved / "result.json").read_text())["captions"]) <= 1
 
 
 def test_web_run_shows_a_ranked_gallery_with_expandable_reasoning(template):

@@ -39,6 +39,12 @@ TRAINING_TIME = {
     "vlm": ("about 1.5 s/step, ~39 min for the default 1400 steps on 2 idle cores, warm starts and evaluation",
             "included (measured: 37.3 + 2.0 min); on 2 shared cores 2.1 s/step (~50 min) at load average 1.1-1.4.",
             "Without native bfloat16 (an AVX2-only CPU) the ViT runs in float32: bf16 emulation measured 6.6 s/step"),
+    "humor-sft": ("about 2 s/step on 2 threads for the current traces (measured: 300 steps in 8.4 min), 4.8 s/step on one",
+                  "shared core for the longer first-stage traces"),
+    "humor-rm": ("1.6 min of frozen-encoder features, then about 1.6 s/step on one shared core (measured: 500 steps in",
+                 "13.5 min)"),
+    "humor-rl": ("measured 6-16 s/step on one core with a second RL run beside it (G = 8 completions of ~230 tokens",
+                 "generated, then scored, per step)"),
 }
 
 

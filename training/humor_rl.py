@@ -60,6 +60,8 @@ class RLRecipe:
     max_completion_length: int = 320
     reward: str = "pairwise"
     format_weight: float = 0.1
+    # None: the published ten checks; K: also our path layer (K Path lines and the anchor) [PROPOSED]
+    format_paths: int | None = None
     save_steps: int = 25
     seed: int = 0
 
@@ -112,6 +114,21 @@ def make_rm_group_reward(rm: Any, images: dict[int, np.ndarray], group_size: int
     return reward
 
 
+def make_format_reward(num_paths: int) -> Callable[..., list[float]]:
+    """The format share with our path layer checked too (``format_reward(text, num_boxes, num_paths)``: the
+    published ten checks plus K Path lines and the anchor), as a TRL reward function [PROPOSED]: the published
+    checks do not look at the paths, and without them RL past the trust region kept the boxes and broke the
+    reasoning layer (docs/BENCHMARKS.md, "HUMOR")."""
+    from planners.meme_cot import format_reward
+    from training.group_rl import _completion_text, _per_sample
+
+    def format_with_paths(completions: Sequence[Any], num_boxes: Any = 2, **kwargs: Any) -> list[float]:
+        boxes = _per_sample(num_boxes, len(completions), "num_boxes")
+        return [format_reward(_completion_text(c), b, num_paths) for c, b in zip(completions, boxes)]
+
+    return format_with_paths
+
+
 def grpo_config(out: Path, recipe: RLRecipe, **overrides):
     from trl import GRPOConfig
 
@@ -159,7 +176,8 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
         rows = [{"prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}],
                  "image": Image.fromarray(s.still), "scene": s.index, "num_boxes": 2} for s in scenes]
     ds = Dataset.from_list(rows)
-    rewards = [make_rm_group_reward(rm, images, recipe.group, pointwise=recipe.reward == "pointwise"), format_reward_func]
+    rewards = [make_rm_group_reward(rm, images, recipe.group, pointwise=recipe.reward == "pointwise"),
+               format_reward_func if recipe.format_paths is None else make_format_reward(recipe.format_paths)]
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=grpo_config(out, recipe), train_dataset=ds, processing_class=processing)
     ckpts = sorted((out / "run").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])) if resume else []
     trainer.train(resume_from_checkpoint=str(ckpts[-1]) if ckpts else None)
@@ -185,12 +203,13 @@ def main(argv=None) -> int:
     ap.add_argument("--reward", choices=("pairwise", "pointwise"))
     ap.add_argument("--steps", type=int)
     ap.add_argument("--lr", type=float)
+    ap.add_argument("--format-paths", type=int, help="also check K reasoning paths in the format reward [PROPOSED]")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     recipe = tiny_recipe() if args.tiny else RLRecipe()
-    over = {k: v for k, v in (("steps", args.steps), ("reward", args.reward), ("lr", args.lr)) if v}
+    over = {k: v for k, v in (("steps", args.steps), ("reward", args.reward), ("lr", args.lr), ("format_paths", args.format_paths)) if v}
     recipe = RLRecipe(**{**asdict(recipe), **over})
     facts = train_rl(args.out, args.sft, recipe, args.reward_model, resume=not args.no_resume)
     print(json.dumps({k: v for k, v in facts.items() if k != "curve"}))

@@ -132,7 +132,7 @@ def train_rm(out: str | Path, recipe: RMRecipe = RMRecipe(), resume: bool = True
         step, history = int(state["step"]), json.loads(state["history"])
         logger.info("resumed at step %d", step)
     pairs = [(s, i, j, label) for s, sc in enumerate(train.scenes) for i, j, label in sc.pairs]
-    t_loop = time.perf_counter()
+    t_loop, first = time.perf_counter(), step
     while step < recipe.steps:
         rng = np.random.default_rng([recipe.seed, step])  # the batch is a function of the step: exact resume
         pick = rng.integers(len(pairs), size=recipe.batch)
@@ -161,7 +161,8 @@ def train_rm(out: str | Path, recipe: RMRecipe = RMRecipe(), resume: bool = True
     minutes = (time.perf_counter() - t0) / 60
     test = evaluate(model, Features(load_scenes("test", recipe.test_scenes), model, vlm, text))
     facts = {"kind": "humor-rm", "recipe": asdict(recipe), "steps": step, "train_minutes": round(minutes, 2),
-             "loop_sec_per_step": round((time.perf_counter() - t_loop) / max(1, step), 4), "train_pairs": len(pairs),
+             "loop_sec_per_step": round((time.perf_counter() - t_loop) / (step - first), 4) if step > first else None,
+             "train_pairs": len(pairs),
              "val_history": history, "test": test, "parameters": sum(p.numel() for p in model.parameters())}
     model.save_pretrained(out, {"steps": step, "test_acc_held_out": test["acc_held_out"]})
     write_json_atomic(out / "eval.json", facts)

@@ -2,7 +2,8 @@
 model (specs/humor.md).
 
 image (+ topic) -> the writer samples N meme CoTs (template intent, K reasoning paths, the anchored path, the
-box texts) -> each is parsed (an unparsable sample is re-drawn, at most ``max_rounds`` times) -> rendered on the
+box texts) -> each is parsed (unparsable samples and repeats are re-drawn, twice as many as are missing, for at most ``max_rounds``
+rounds) -> rendered on the
 image -> the reward model compares every pair (same template, so within-group) -> ranked:
 
     pipe = HumorPipeline.build(components={"writer": "builtin", "reward_model": "builtin"})
@@ -58,7 +59,8 @@ class HumorConfig(PipelineConfig):
     top_p: float = setting(1.0, help="nucleus mass kept when sampling (1: every token)", range=(0.05, 1.0))
     ranking: str = setting("borda", help="how the group is ordered from the pairwise preferences: borda (counts) or "
                                           "bradley_terry (fitted strengths)", choices=("borda", "bradley_terry"))
-    max_rounds: int = setting(3, help="draws per missing meme when a sample is unreadable or repeats one already kept", range=(1, 10))
+    max_rounds: int = setting(3, help="rounds of sampling: after the first, each round draws twice the memes still missing "
+                                      "(a sample may be unreadable or repeat one already kept)", range=(1, 10))
     meme_size: int = setting(384, help="a small image is enlarged to this shorter side (pixel-sharp) before the text goes on", range=(64, 1024))
 
     def __post_init__(self):
@@ -182,7 +184,8 @@ class HumorPipeline(Pipeline):
                 need = c.num_memes - len(kept)
                 if need <= 0:
                     break
-                texts = self.writer.write(image, topic, c.num_paths, need, num_boxes=NUM_BOXES, temperature=c.temperature,
+                draw = need if round_ == 0 else 2 * need  # a re-draw asks for twice what is missing [PROPOSED]
+                texts = self.writer.write(image, topic, c.num_paths, draw, num_boxes=NUM_BOXES, temperature=c.temperature,
                                           top_p=c.top_p, generator=gen)
                 for text in texts:
                     try:
