@@ -115,6 +115,16 @@ def make_generator(generator: torch.Generator | int | None, device: torch.device
     return torch.Generator(device=device).manual_seed(int(generator))
 
 
+def generator_and_seed(generator: torch.Generator | int | None) -> tuple[torch.Generator, int]:
+    """The generator a call draws from and the seed it reports: the caller's (a seed or a ``torch.Generator``), or
+    a fresh one from a random seed short enough to read back and to survive JSON in a browser."""
+    gen = make_generator(generator)
+    if gen is None:
+        seed = int(torch.randint(0, 2**31, (1,)).item())
+        return torch.Generator().manual_seed(seed), seed
+    return gen, int(generator) if isinstance(generator, (int, np.integer)) else int(gen.initial_seed())
+
+
 def setting(default: Any = dataclasses.MISSING, *, help: str, choices: tuple | None = None,
             range: tuple[float | None, float | None] | None = None, flag: str | None = None, **kwargs: Any):
     """A config field with the metadata the CLI, batch manifests and the web tab are built from:

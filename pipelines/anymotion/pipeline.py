@@ -32,7 +32,7 @@ import torch
 
 from core.errors import InputError
 from core.memory import check_allocation
-from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, make_generator, output_field, setting
+from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, generator_and_seed, output_field, setting
 
 MAX_INSTRUCTION_CHARS = 2000
 MAX_FRAMES = 240
@@ -118,13 +118,6 @@ class AnyMotionOutput(PipelineOutput):
     def __str__(self) -> str:
         s = self.summary()
         return f"{s['message']} ({s['frames']} frames {s['size'][0]}x{s['size'][1]}, seed {s['seed']}, {s['seconds']['total']:.1f} s)"
-
-
-def _seed_of(generator: torch.Generator | None, given: Any) -> tuple[torch.Generator, int]:
-    if generator is None:
-        seed = int(torch.randint(0, 2**31, (1,)).item())
-        return torch.Generator().manual_seed(seed), seed
-    return generator, int(given) if isinstance(given, (int, np.integer)) else int(generator.initial_seed())
 
 
 class AnyMotionPipeline(Pipeline):
@@ -214,7 +207,7 @@ class AnyMotionPipeline(Pipeline):
         self._begin_call()
         self._step = 0
         t0 = time.perf_counter()
-        gen, seed = _seed_of(make_generator(generator), generator)
+        gen, seed = generator_and_seed(generator)
         if not isinstance(instruction, str) or not instruction.strip():
             raise InputError("instruction", instruction, "describe the motion, e.g. 'make the person raise the left arm'")
         if len(instruction) > MAX_INSTRUCTION_CHARS:

@@ -31,7 +31,7 @@ import torch
 
 from core.errors import InputError
 from core.memory import check_allocation
-from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, make_generator, output_field, setting
+from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, generator_and_seed, output_field, setting
 from pipelines.bernini.tasks import HF_DEFAULTS, MAX_REFERENCES, TASKS, infer_task
 
 MAX_PROMPT_CHARS = 2000
@@ -133,14 +133,6 @@ def _frame_sheet(video: np.ndarray, columns: int = 8) -> np.ndarray:
         scale = 128 // frames.shape[1] + (128 % frames.shape[1] > 0)
         frames = resize_frames(frames, (frames.shape[1] * scale, frames.shape[2] * scale), "nearest")
     return contact_sheet(frames, columns=columns, labels=[f"frame {i}" for i in pick])
-
-
-def _seed_of(generator: torch.Generator | None, given: Any) -> tuple[torch.Generator, int]:
-    """The generator to draw from and the seed that reproduces it (a fresh random one when none is given)."""
-    if generator is None:
-        seed = int(torch.randint(0, 2**31, (1,)).item())  # short enough to read back and to survive JSON in a browser
-        return torch.Generator().manual_seed(seed), seed
-    return generator, int(given) if isinstance(given, (int, np.integer)) else int(generator.initial_seed())
 
 
 class BerniniPipeline(Pipeline):
@@ -246,7 +238,7 @@ class BerniniPipeline(Pipeline):
         self._begin_call()
         self._step = 0  # one count over both stages: planning steps, then rendering steps
         t0 = time.perf_counter()
-        gen, seed = _seed_of(make_generator(generator), generator)
+        gen, seed = generator_and_seed(generator)
         self.check_inputs(prompt, references)
         task = infer_task(self.config.task, video is not None, image is not None, len(references))
         frames, height, width = self._geometry(task)

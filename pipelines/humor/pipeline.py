@@ -31,7 +31,7 @@ import torch
 
 from core.errors import InputError
 from core.memory import check_allocation
-from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, make_generator, output_field, setting
+from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, generator_and_seed, output_field, setting
 
 NUM_BOXES = 2  # worldgen's templates and the classic top / bottom layout
 MAX_MEMES = 16
@@ -111,13 +111,6 @@ class HumorOutput(PipelineOutput):
         s = self.summary()
         best = " / ".join(s["memes"][0]["boxes"]) if s["memes"] else "-"
         return f"{s['message']}; best: {best!r} (seed {s['seed']}, {s['seconds']['total']:.1f} s)"
-
-
-def _seed_of(generator: torch.Generator | None, given: Any) -> tuple[torch.Generator, int]:
-    if generator is None:
-        seed = int(torch.randint(0, 2**31, (1,)).item())
-        return torch.Generator().manual_seed(seed), seed
-    return generator, int(given) if isinstance(given, (int, np.integer)) else int(generator.initial_seed())
 
 
 def read_image(image: Any) -> np.ndarray:
@@ -242,7 +235,7 @@ class HumorPipeline(Pipeline):
 
         self._begin_call()
         t0 = time.perf_counter()
-        gen, seed = _seed_of(make_generator(generator), generator)
+        gen, seed = generator_and_seed(generator)
         topic = check_topic(topic)
         image = read_image(image)
         t_in = time.perf_counter()
