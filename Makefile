@@ -45,7 +45,7 @@ weights: $(STAMP)
 	$(PY) -m training.motion_renderer --out weights/builtin/motion_renderer
 	$(PY) -m training.humor_sft --out weights/builtin/meme_writer_sft
 	$(PY) -m training.humor_rm --out weights/builtin/meme_rm
-	$(PY) -m training.humor_rl --sft weights/builtin/meme_writer_sft --out weights/builtin/meme_writer
+	$(PY) -m training.humor_rl --sft weights/builtin/meme_writer_sft --reward-model weights/builtin/meme_rm --out weights/builtin/meme_writer
 
 clean:
 	rm -rf outputs .pytest_cache

@@ -444,7 +444,12 @@ def _cmd_train(args) -> int:
     # refuse a bad --out / --vit before loading anything: the shipped weights only when named
     out = check_out_dir(args.out or default_out(args.model), args.model, explicit=args.out is not None)
     if args.model.startswith("humor-"):
-        _emit(args, {"out": str(out), **_train_humor(args, out)})
+        import contextlib
+        import sys
+
+        with contextlib.redirect_stdout(sys.stderr):  # the trainers' log lines; stdout keeps only the result (--json)
+            facts = _train_humor(args, out)
+        _emit(args, {"out": str(out), **facts})
         return 0
     if args.model == "vit":
         if args.vit is not None:
