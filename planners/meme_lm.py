@@ -100,6 +100,16 @@ def _check_paths(num_paths: Any) -> int:
     return num_paths
 
 
+def lm_prompt(perception: str, topic: str | None = None, num_paths: int = 3, num_boxes: int = 2) -> str:
+    """The builtin writer's prompt (what it was trained on, ``training/humor_data.py``) [PROPOSED]: the perception text, the user's topic, the boxes and how many
+    reasoning paths to write (0: the caption only)."""
+    if num_paths < 0:
+        raise InputError("num_paths", num_paths, "pass 0 (caption only) or more reasoning paths")
+    mode = "caption only" if num_paths == 0 else f"{num_paths} reasoning path{'s' if num_paths > 1 else ''}"
+    return (f"Meme template: {perception}.\nUser input: {topic if topic else 'none'}.\n"
+            f"Write {num_boxes} text boxes, {mode}.\n")
+
+
 def sample_texts(model, tokenizer, prompts: list[str], n: int, seed: int | None, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = MAX_NEW_TOKENS) -> list[list[str]]:
     """``n`` sampled completions (greedy when ``seed`` is None and ``n`` is 1) per prompt, from a causal LM, seeded
@@ -173,8 +183,6 @@ class BuiltinMemeWriter:
         return perceive(self.vlm, _check_image(image)).text
 
     def prompt(self, image: np.ndarray, topic: str | None = None, num_paths: int = 3, num_boxes: int = 2) -> str:
-        from training.humor_data import lm_prompt
-
         return lm_prompt(self.perceive(image), check_topic(topic), _check_paths(num_paths), num_boxes)
 
     def write(self, image: np.ndarray, topic: str | None = None, num_paths: int = 3, n: int = 4, *, num_boxes: int = 2,

@@ -7,8 +7,9 @@ The read-out [PROPOSED]: the frozen builtin ViT's 8x8 patch grid of the still at
 ``patch_attributes`` (P(object), P(colour), P(shape) per patch); patches with P(object) >= ``threshold`` are
 grouped by their most likely colour (worldgen objects of one colour share a shape), each group becoming one entry:
 its majority shape, how many separate blobs (4-connected patch components), a size word from patches per blob
-and a position word from the centroid. Measured on 60 worldgen meme stills (test split): 93% of the objects'
-colours and 85% of their shapes are read; an object hidden behind another is not (what ``hide`` is about).
+and a position word from the centroid. Measured on the first 60 TEST-split worldgen meme stills (119
+objects): 97.5% of the objects' colours are read and 89.9% of their shapes; an object hidden behind another
+is not (what ``hide`` is about).
 """
 
 from __future__ import annotations

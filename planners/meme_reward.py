@@ -374,9 +374,8 @@ def load_reward_model(source: Any = "builtin", device: str | torch.device | None
         return VLMJudgeRM(vlm)
     meta = json.loads((path / "reward_head.json").read_text()) if (path / "reward_head.json").is_file() else {}
     rm = HFPairwiseRM(vlm, meta.get("heads", 4), meta.get("position_bias_scale", 3.0))
-    if head.is_file():
-        state = load_state_dict(head)
-        rm.pool.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("pool.")})
-        rm.head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
+    state = load_state_dict(head)
+    rm.pool.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("pool.")})
+    rm.head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
     return rm
 

@@ -20,8 +20,8 @@ def scene_and_perception():
 
 
 def tiny_writer(steps: int = 80, seed: int = 0):
-    from planners.meme_lm import BuiltinMemeWriter, MemeLMConfig, new_meme_lm, train_tokenizer
-    from training.humor_data import lm_prompt, trace
+    from planners.meme_lm import BuiltinMemeWriter, MemeLMConfig, lm_prompt, new_meme_lm, train_tokenizer
+    from training.humor_data import trace
 
     s = scene_and_perception()
     prompt = lm_prompt(s.perception, None, 0)

@@ -34,6 +34,7 @@ import numpy as np
 from core.atomic import atomic_path
 from core.errors import InputError
 from planners.meme_cot import MemeCoT, ReasoningPath, render_cot
+from planners.meme_lm import lm_prompt
 from worldgen.tasks import meme
 from worldgen.tasks.base import split_seed
 
@@ -207,16 +208,6 @@ def topic_words(caption: tuple[str, str], names: dict[str, str]) -> list[str]:
     scene = {w for n in names.values() for w in n.split()}
     words = [w.strip(":,.!?'\"").lower() for w in " ".join(caption).split()]
     return [w for w in dict.fromkeys(words) if len(w) > 2 and w not in _STOP and w not in scene and w.isalpha()]
-
-
-def lm_prompt(perception: str, topic: str | None = None, num_paths: int = 3, num_boxes: int = NUM_BOXES) -> str:
-    """The builtin generator's prompt [PROPOSED]: the perception text, the user's topic, the boxes and how many
-    reasoning paths to write (0: the caption only)."""
-    if num_paths < 0:
-        raise InputError("num_paths", num_paths, "pass 0 (caption only) or more reasoning paths")
-    mode = "caption only" if num_paths == 0 else f"{num_paths} reasoning path{'s' if num_paths > 1 else ''}"
-    return (f"Meme template: {perception}.\nUser input: {topic if topic else 'none'}.\n"
-            f"Write {num_boxes} text boxes, {mode}.\n")
 
 
 def trace(scene: MemeScene, gt: int, others: list[int], num_paths: int = 3, topic: str | None = None,

@@ -148,10 +148,10 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
     from trl import GRPOTrainer
 
     from planners.meme_cot import build_prompt
-    from planners.meme_lm import MARKER, BuiltinMemeWriter
+    from planners.meme_lm import MARKER, BuiltinMemeWriter, lm_prompt
     from planners.meme_reward import load_reward_model
     from training.group_rl import format_reward_func
-    from training.humor_data import lm_prompt, load_scenes
+    from training.humor_data import load_scenes
 
     if recipe.reward not in ("pairwise", "pointwise"):
         raise InputError("reward", recipe.reward, "choose pairwise (published) or pointwise (the ablation)")
