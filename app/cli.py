@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from training.common import training_time_help
 
-    p = sub.add_parser("train", help="train a built-in model (vit, vlm, humor-sft, humor-rm, humor-rl)", formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = sub.add_parser("train", help="train a built-in model (vit, vlm, humor-sft, humor-rm, humor-rl, gelvr-sft, gelvr-rl)", formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Train a built-in model from scratch on worldgen data streamed on the fly (no dataset files), "
                                    "evaluate it on held-out seeds and write weights, train_config.json (the recipe), eval.json and "
                                    "card.md to OUT. Resumes from OUT/run/checkpoint with the recipe saved in OUT (--steps overrides it). "
@@ -155,8 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
                               "  atelier train vit --out weights/builtin/vit        # replace the shipped weights (only when named)\n"
                               "  atelier train humor-sft                            # HUMOR's meme writer: SFT on traced-back CoTs\n"
                               "  atelier train humor-rm                             # HUMOR's pairwise reward model\n"
-                              "  atelier train humor-rl --sft outputs/train/humor-sft  # group RL (GRPO) against the reward model")
-    p.add_argument("model", choices=["vit", "vlm", "humor-sft", "humor-rm", "humor-rl"], help="which built-in model")
+                              "  atelier train humor-rl --sft outputs/train/humor-sft  # group RL (GRPO) against the reward model\n"
+                              "  atelier train gelvr-sft                            # the latent reasoner: GeLVR SFT on worldgen spatial\n"
+                              "  atelier train gelvr-sft --variant pointwise        # an ablation: slots with the pointwise loss only\n"
+                              "  atelier train gelvr-rl --sft outputs/train/gelvr-sft  # GePO (vMF latent policy) from the SFT model")
+    p.add_argument("model", choices=["vit", "vlm", "humor-sft", "humor-rm", "humor-rl", "gelvr-sft", "gelvr-rl"], help="which built-in model")
     p.add_argument("--out", help="output folder: new, empty or an earlier run of MODEL (default outputs/train/MODEL)")
     p.add_argument("--steps", type=int, help="optimisation steps (default: the model's recipe, or the resumed run's)")
     p.add_argument("--vit", help="trained ViT folder (vlm only; default: the resumed run's, else the shipped weights/builtin/vit)")
@@ -164,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
                                  "else the shipped weights/builtin/meme_writer_sft)")
     p.add_argument("--reward", choices=["pairwise", "pointwise"], help="humor-rl only: the published pairwise group reward "
                                                                        "(default) or the pointwise ablation")
+    p.add_argument("--variant", choices=["direct", "pointwise", "gram", "full", "cka", "rkd"],
+                   help="gelvr-sft only: the loss (default full = pointwise + Gram + slot-to-image cross KL)")
+    p.add_argument("--latent-policy", choices=["vmf", "gaussian", "replay"],
+                   help="gelvr-rl only: the slot policy (default vmf; replay = LVR's text-only RL)")
     p.add_argument("--no-resume", action="store_true", help="start over instead of resuming a checkpoint")
     _add_common(p)
     p.set_defaults(func=_cmd_train)
@@ -443,12 +450,12 @@ def _cmd_train(args) -> int:
 
     # refuse a bad --out / --vit before loading anything: the shipped weights only when named
     out = check_out_dir(args.out or default_out(args.model), args.model, explicit=args.out is not None)
-    if args.model.startswith("humor-"):
+    if args.model.startswith(("humor-", "gelvr-")):
         import contextlib
         import sys
 
         with contextlib.redirect_stdout(sys.stderr):  # the trainers' log lines; stdout keeps only the result (--json)
-            facts = _train_humor(args, out)
+            facts = _train_humor(args, out) if args.model.startswith("humor-") else _train_gelvr(args, out)
         _emit(args, {"out": str(out), **facts})
         return 0
     if args.model == "vit":
@@ -498,6 +505,36 @@ def _train_humor(args, out) -> dict:
         recipe = replace(RLRecipe(), **{k: v for k, v in (("steps", args.steps), ("reward", args.reward)) if v is not None})
         facts = train_rl(out, sft, recipe, resume=not args.no_resume)
     return {k: v for k, v in facts.items() if k not in ("loss_curve", "curve", "val_history")}
+
+
+def _train_gelvr(args, out) -> dict:
+    """``atelier train gelvr-sft | gelvr-rl``: the recipes of training/gelvr_sft.py and training/gelvr_rl.py."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from core.errors import InputError
+    from training.common import SHIPPED
+
+    for flag, value, owner in (("--vit", args.vit, "vlm"), ("--variant", args.variant, "gelvr-sft"),
+                               ("--latent-policy", args.latent_policy, "gelvr-rl")):
+        if value is not None and args.model != owner:
+            raise InputError(flag, value, f"{flag} is for `atelier train {owner}`")
+    if args.model == "gelvr-sft":
+        from training.gelvr_sft import SFTRecipe, train_sft
+
+        recipe = replace(SFTRecipe(), **{k: v for k, v in (("steps", args.steps), ("variant", args.variant)) if v is not None})
+        facts = train_sft(out, recipe, resume=not args.no_resume)
+    else:
+        from planners.latent_builtin import BuiltinLatentReasoner
+        from training.gelvr_rl import RLRecipe, train_rl
+
+        sft = Path(args.sft) if args.sft else next((p for p in (Path("outputs/train/gelvr-sft"), SHIPPED / "latent_reasoner_sft")
+                                                    if BuiltinLatentReasoner.is_saved_in(p)), SHIPPED / "latent_reasoner_sft")
+        if not BuiltinLatentReasoner.is_saved_in(sft):
+            raise InputError("--sft", str(sft), "no latent reasoner there: run `atelier train gelvr-sft` first or pass its --out")
+        recipe = replace(RLRecipe(), **{k: v for k, v in (("steps", args.steps), ("latent_policy", args.latent_policy)) if v is not None})
+        facts = train_rl(out, sft, recipe, resume=not args.no_resume)
+    return {k: v for k, v in facts.items() if k != "val_history"} | {"val": facts["val_history"][-1] if facts["val_history"] else None}
 
 
 def _cmd_demo(args) -> int:

@@ -133,6 +133,24 @@ def meme_examples() -> list[list]:
     return rows
 
 
+@functools.lru_cache(maxsize=1)
+def latent_reasoning_examples() -> list[list]:
+    """Three held-out worldgen ``spatial`` scenes (levels 1-3: 12-48 small shapes at 512x512) with their questions."""
+    from PIL import Image
+
+    from worldgen.tasks import spatial
+    from worldgen.tasks.base import split_seed
+
+    rows = []
+    for level in (1, 2, 3):
+        sample = spatial.generate(split_seed("test", 11, level), spatial.Config(level=level))
+        path = _folder() / f"spatial_level{level}.png"
+        if not path.exists():
+            Image.fromarray(sample.images["image"]).save(path)
+        rows.append([str(path), sample.record["question"], "\n".join(sample.record["options"])])
+    return rows
+
+
 EXAMPLES: dict[str, Callable[[], list[list]]] = {"ask": gridprobe_examples, "segment": clear_examples,
                                                  "generate": generate_examples, "edit": edit_examples, "motion": motion_examples,
-                                                 "meme": meme_examples}
+                                                 "meme": meme_examples, "reason": latent_reasoning_examples}

@@ -30,6 +30,7 @@ PIPELINE_APPS: dict[str, str] = {
     "edit": "pipelines.bernini.app:EDIT",
     "motion": "pipelines.anymotion.app:APP",
     "meme": "pipelines.humor.app:APP",
+    "reason": "pipelines.latent_reasoning.app:APP",
 }
 
 INPUT_KINDS = ("video", "image", "images", "text", "texts")

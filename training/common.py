@@ -25,9 +25,11 @@ logger = logging.getLogger(__name__)
 
 SHIPPED = Path(__file__).resolve().parents[1] / "weights" / "builtin"
 # the "model" tag of config.json / train_config.json (a transformers config.json has none and is not read)
-KINDS = {"vit": "builtin-vit", "vlm": "builtin-vlm", "humor-sft": "humor-sft", "humor-rm": "builtin-meme-rm", "humor-rl": "humor-rl"}
+KINDS = {"vit": "builtin-vit", "vlm": "builtin-vlm", "humor-sft": "humor-sft", "humor-rm": "builtin-meme-rm", "humor-rl": "humor-rl",
+         "gelvr-sft": "builtin-latent-reasoner", "gelvr-rl": "builtin-latent-reasoner"}  # one model class, two stages
 # the shipped folder of each model under weights/builtin/ (its name when not listed)
-SHIPPED_NAMES = {"humor-sft": "meme_writer_sft", "humor-rm": "meme_rm", "humor-rl": "meme_writer"}
+SHIPPED_NAMES = {"humor-sft": "meme_writer_sft", "humor-rm": "meme_rm", "humor-rl": "meme_writer",
+                 "gelvr-sft": "latent_reasoner_sft", "gelvr-rl": "latent_reasoner"}
 TRAIN_CONFIG = "train_config.json"
 DESIGN_NOTES = "## Design notes and measurements"
 

@@ -1,0 +1,291 @@
+"""The builtin latent reasoner: a small transformers ``LlamaModel`` over a grid of image tokens of a large image,
+the question and the options, with latent slots (``planners.latent``) between the question and the answer.
+
+Image tokens [PROPOSED]: the builtin ViT was trained on 64x64 frames, where objects are 4-10 px across; on a
+512x512 ``spatial`` image they are 9-38 px. One scale cannot read both (measured with the ViT's patch attribute
+head on VAL stills: at 128x128 small level-3 objects' shapes are read 33% of the time, large ones' 81-92%; at
+256x256 small 85-89%, large 8-60%), so the image is read at two scales, each cut into 64x64 tiles: per cell of a
+16x16 grid (32x32 px of a 512 image) the token concatenates the 128-scale patch token and attribute
+probabilities with the 256-scale 2x2 patches' mean token and their four attribute vectors (479 numbers), then a
+trainable projection and a learned 2-D position. The ViT and the attribute head are frozen copies from the
+builtin VLM, saved inside this model's weights so it loads alone.
+
+Vocabulary (the LM head's): ``<pad> <start> <slot> <end>`` then answer words (worldgen's colours and shapes);
+options name the words the posterior is taken over. The question enters as the frozen MiniLM's token states.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from core.errors import InputError, MediaError
+from core.frames import resize_frames
+from core.weights_io import load_state_dict, save_state_dict
+from planners.builtin.vit import BuiltinViT, ViTConfig
+
+KIND = "builtin-latent-reasoner"
+SPECIALS = ("<pad>", "<start>", "<slot>", "<end>")
+PAD, START, SLOT, END = range(4)
+GRID = 16
+SCALES = (128, 256)
+TILE = 64
+ATTRIBUTES = 19  # P(object), 10 colours, 8 shapes: the builtin VLM's patch attribute head
+MIN_SIDE = 128
+
+
+@dataclass
+class ReasonerConfig:
+    d_model: int = 128
+    layers: int = 4
+    heads: int = 4
+    mlp_ratio: int = 3
+    grid: int = GRID
+    max_question: int = 32  # MiniLM tokens
+    max_options: int = 8
+    num_slots: int = 4  # the K it was trained with
+    slot_norm: str = "image"
+    answers: list[str] = field(default_factory=list)
+    vit: ViTConfig = field(default_factory=ViTConfig)
+
+    @property
+    def vocab(self) -> list[str]:
+        return [*SPECIALS, *self.answers]
+
+    @property
+    def feature_dim(self) -> int:
+        """Per cell: two ViT tokens (one per scale) and five attribute vectors (one at 128, four at 256)."""
+        return 2 * self.vit.width + 5 * ATTRIBUTES
+
+
+def check_image(image: np.ndarray) -> np.ndarray:
+    if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[-1] != 3:
+        raise InputError("image", getattr(image, "shape", type(image).__name__), "pass an RGB uint8 (H, W, 3) image")
+    h, w = image.shape[:2]
+    if min(h, w) < MIN_SIDE:
+        raise InputError("image", f"{w}x{h}", f"the builtin reasoner reads a {GRID}x{GRID} grid of cells at two scales (128 and 256 px "
+                                             f"square): pass an image at least {MIN_SIDE} px on its shorter side")
+    return image
+
+
+class BuiltinLatentReasoner(nn.Module):
+    """The model. ``features(images)`` -> frozen multi-scale cell features; ``prefix(features, question_tokens,
+    option_embeddings)`` -> the encoded prefix; then ``planners.latent.rollout`` / ``replay`` (this class is
+    their ``LatentCore``)."""
+
+    backend = "builtin"
+    start_id, end_id = START, END
+
+    def __init__(self, config: ReasonerConfig):
+        super().__init__()
+        from transformers import LlamaConfig, LlamaModel
+
+        self.config = c = config
+        d = c.d_model
+        self.vit = BuiltinViT(c.vit).requires_grad_(False)
+        w = c.vit.width
+        self.attributes = nn.Sequential(nn.LayerNorm(w), nn.Linear(w, 256), nn.GELU(), nn.Linear(256, ATTRIBUTES)).requires_grad_(False)
+        self.project = nn.Sequential(nn.LayerNorm(c.feature_dim), nn.Linear(c.feature_dim, d), nn.GELU(), nn.Linear(d, d), nn.LayerNorm(d))
+        self.row, self.col = nn.Parameter(torch.randn(c.grid, d) * 0.02), nn.Parameter(torch.randn(c.grid, d) * 0.02)
+        self.text_in = nn.Linear(384, d)
+        self.option_in = nn.Linear(384, d)
+        self.option_slot = nn.Parameter(torch.randn(c.max_options, d) * 0.02)
+        self.kind = nn.Parameter(torch.randn(3, d) * 0.02)  # question, option, padding
+        lm = LlamaConfig(hidden_size=d, intermediate_size=c.mlp_ratio * d, num_hidden_layers=c.layers, num_attention_heads=c.heads,
+                         num_key_value_heads=c.heads, vocab_size=len(c.vocab), max_position_embeddings=1024, tie_word_embeddings=False)
+        self.lm = LlamaModel(lm)
+        self.head = nn.Linear(d, len(c.vocab), bias=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.head.weight.device
+
+    # ---- vision (frozen)
+    @torch.no_grad()
+    def features(self, images: np.ndarray) -> torch.Tensor:
+        """RGB uint8 ``(N, H, W, 3)`` (or one image) -> ``(N, grid*grid, feature_dim)`` frozen cell features."""
+        images = np.asarray(images)
+        if images.ndim == 3:
+            images = images[None]
+        for im in images:
+            check_image(im)
+        self.vit.eval()
+        parts = []
+        for side in SCALES:
+            small = resize_frames(images, (side, side))
+            n, t = len(small), side // TILE
+            tiles = small.reshape(n, t, TILE, t, TILE, 3).transpose(0, 1, 3, 2, 4, 5).reshape(-1, TILE, TILE, 3)
+            x = torch.as_tensor(np.ascontiguousarray(tiles), device=self.device).permute(0, 3, 1, 2).float().div(127.5).sub(1)
+            tok = self.vit(x)[1]  # (n*t*t, 64, w)
+            g = TILE // self.config.vit.patch
+            attr = self.attributes(tok)
+            attr = torch.cat([torch.sigmoid(attr[..., :1]), F.softmax(attr[..., 1:11], -1), F.softmax(attr[..., 11:], -1)], -1)
+            both = torch.cat([tok, attr], -1)  # (n*t*t, g*g, w + 19)
+            grid = both.reshape(n, t, t, g, g, -1).permute(0, 1, 3, 2, 4, 5).reshape(n, t * g, t * g, -1)  # (n, side/8, side/8, .)
+            f = t * g // self.config.grid  # patches per cell side: 1 at 128, 2 at 256
+            cells = grid.reshape(n, self.config.grid, f, self.config.grid, f, -1).permute(0, 1, 3, 2, 4, 5)
+            cells = cells.reshape(n, self.config.grid**2, f * f, -1)
+            w = self.config.vit.width
+            parts += [cells[..., :w].mean(2), cells[..., w:].flatten(2)]
+        return torch.cat(parts, -1)
+
+    # ---- the prefix
+    def image_tokens(self, features: torch.Tensor) -> torch.Tensor:
+        """``(B, N, feature_dim)`` -> the image tokens' input embeddings ``(B, N, d)`` (projection + 2-D position):
+        the space slot targets and the slot-to-image maps live in."""
+        g = self.config.grid
+        pos = (self.row[:, None] + self.col[None]).reshape(g * g, -1)
+        return self.project(features) + pos
+
+    def prefix(self, features: torch.Tensor, questions: list[torch.Tensor], options: list[torch.Tensor]) -> dict:
+        """Encode a batch: ``features`` ``(B, N, F)``, per item the question's MiniLM token states ``(Lq, 384)`` and the
+        options' MiniLM embeddings ``(O, 384)``. Questions and options are padded to fixed lengths with a learned
+        padding embedding (attended, so no masks are needed)."""
+        c = self.config
+        dev = self.device
+        img = self.image_tokens(features.to(dev))
+        b, d = len(img), c.d_model
+        q = self.kind[2].expand(b, c.max_question, d).clone()
+        o = self.kind[2].expand(b, c.max_options, d).clone()
+        for i, (qi, oi) in enumerate(zip(questions, options)):
+            if len(qi) > c.max_question:
+                raise InputError("question", f"{len(qi)} tokens", f"the builtin reasoner reads at most {c.max_question}: shorten it")
+            if not 1 <= len(oi) <= c.max_options:
+                raise InputError("options", f"{len(oi)} options", f"pass 1 to {c.max_options}")
+            q[i, : len(qi)] = self.text_in(qi.to(dev)) + self.kind[0]
+            o[i, : len(oi)] = self.option_in(oi.to(dev)) + self.option_slot[: len(oi)] + self.kind[1]
+        return {"embeds": torch.cat([img, q, o], 1), "image": img}
+
+    # ---- LatentCore
+    def token_embeds(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lm.embed_tokens(ids)
+
+    def run(self, prefix: dict, tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.cat([prefix["embeds"], tail], 1)
+        out = self.lm(inputs_embeds=x, use_cache=False).last_hidden_state
+        n = prefix["embeds"].shape[1]
+        return out[:, n:], self.head(out[:, n - 1 :])
+
+    def begin(self, prefix: dict) -> tuple[object, torch.Tensor]:
+        out = self.lm(inputs_embeds=prefix["embeds"], use_cache=True)
+        return {"cache": out.cache}, self.head(out.last_hidden_state[:, -1])
+
+    def extend(self, state: dict, embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.lm(inputs_embeds=embeds, cache=state["cache"], use_cache=True)
+        state["cache"] = out.cache
+        return out.last_hidden_state, self.head(out.last_hidden_state)
+
+    def image_norm(self, prefix: dict) -> torch.Tensor:
+        return prefix["image"].norm(dim=-1).mean(-1)
+
+    # ---- answers
+    def answer_ids(self, options: list[str]) -> list[int]:
+        vocab = {w: i for i, w in enumerate(self.config.vocab) if i >= len(SPECIALS)}
+        missing = [o for o in options if o.strip().lower() not in vocab]
+        if missing:
+            raise InputError("options", missing, f"the builtin reasoner answers with one of {self.config.answers}")
+        return [vocab[o.strip().lower()] for o in options]
+
+    # ---- persistence
+    def save_pretrained(self, directory: str | Path, metadata: dict | None = None) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "config.json").write_text(json.dumps({"model": KIND, **asdict(self.config)}, indent=1))
+        save_state_dict(self.state_dict(), directory / "model.safetensors", metadata={k: str(v) for k, v in (metadata or {}).items()})
+        return directory
+
+    @staticmethod
+    def is_saved_in(directory: str | Path) -> bool:
+        try:
+            return json.loads((Path(directory) / "config.json").read_text()).get("model") == KIND
+        except (OSError, ValueError):
+            return False
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str | torch.device | None = None) -> BuiltinLatentReasoner:
+        directory = Path(directory)
+        if not (directory / "model.safetensors").is_file():
+            raise MediaError(directory, "no builtin latent reasoner weights here", "run `make weights`, or pass --reasoner PATH")
+        cfg = json.loads((directory / "config.json").read_text())
+        cfg.pop("model", None)
+        cfg["vit"] = ViTConfig(**cfg["vit"])
+        model = cls(ReasonerConfig(**cfg))
+        model.load_state_dict(load_state_dict(directory / "model.safetensors"))
+        return model.eval().to(device or "cpu")
+
+    @classmethod
+    def from_vlm(cls, vlm_model, config: ReasonerConfig) -> BuiltinLatentReasoner:
+        """A fresh reasoner whose frozen ViT and attribute head are copies of the builtin VLM's."""
+        config.vit = vlm_model.config.vit
+        model = cls(config)
+        model.vit.load_state_dict(vlm_model.vit.state_dict())
+        model.attributes.load_state_dict(vlm_model.attributes.state_dict())
+        return model
+
+
+class BuiltinReasoner:
+    """The builtin reasoner as a pipeline component: the model plus the frozen MiniLM that encodes its text."""
+
+    backend = "builtin"
+
+    def __init__(self, model: BuiltinLatentReasoner, text=None):
+        from planners.builtin.text import MiniLM
+
+        self.model = model.eval()
+        self.text = text or MiniLM()
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path | None = None, *, device: str | torch.device | None = None, dtype=None) -> BuiltinReasoner:
+        from core.device import select_device
+        from planners.builtin import WEIGHTS_DIR
+
+        path = Path(path) if path is not None else WEIGHTS_DIR / "latent_reasoner"
+        return cls(BuiltinLatentReasoner.from_pretrained(path, device=select_device(device)))
+
+    def save_pretrained(self, path: str | Path) -> Path:
+        return self.model.save_pretrained(path)
+
+    def to(self, device=None, dtype=None) -> BuiltinReasoner:
+        from core.device import select_device
+
+        if device is not None:
+            self.model.to(select_device(device))
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def trained_slots(self) -> int:
+        return self.model.config.num_slots
+
+    @torch.no_grad()
+    def answer(self, image: np.ndarray, question: str, options: list[str], num_slots: int | None = None,
+               tau: float = 0.07):
+        """A ``planners.latent.LatentAnswer``; ``num_slots=None`` uses the K the model was trained with."""
+        from planners.latent import LatentAnswer, check_num_slots, check_question, rollout, slot_attention
+
+        question, options = check_question(question, options)
+        k = self.trained_slots if num_slots is None else check_num_slots(num_slots)
+        ids = self.model.answer_ids(options)
+        m = self.model
+        pre = m.prefix(m.features(check_image(image)), self.text.tokens([question]), [self.text.encode(options)])
+        g = m.config.grid
+        if k == 0:
+            _, first = m.begin(pre)
+            logits, slots, amap, started = first[0], torch.zeros(0, m.config.d_model), torch.zeros(0, g, g), False
+        else:
+            r = rollout(m, pre, k, slot_norm=m.config.slot_norm)
+            logits, slots = r.answer_logits[0], r.slot_inputs[0]
+            amap = slot_attention(r.slot_inputs, pre["image"], tau)[0].reshape(k, g, g)
+            started = bool(r.first_logits[0].argmax() == START)
+        post = torch.softmax(logits[ids].double(), -1).cpu().numpy()
+        i = int(post.argmax())
+        return LatentAnswer(options[i], i, post, slots.float().cpu().numpy(), amap.float().cpu().numpy(), (g, g), started)

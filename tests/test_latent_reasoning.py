@@ -1,0 +1,200 @@
+"""Latent reasoning end to end at tiny size: the slot recurrence (spec d 12), SFT and one GePO step on a few
+worldgen ``spatial`` items, and the pipeline's contract (outputs, files, reload, errors)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from planners import latent
+from planners.builtin.vit import ViTConfig
+from planners.latent_builtin import BuiltinLatentReasoner, BuiltinReasoner, ReasonerConfig
+from training.gelvr_sft import answer_vocab
+
+
+@pytest.fixture(scope="module")
+def text():
+    from planners.builtin.text import MiniLM
+
+    return MiniLM()
+
+
+def tiny_model(slot_norm: str = "image", seed: int = 0) -> BuiltinLatentReasoner:
+    torch.manual_seed(seed)
+    cfg = ReasonerConfig(d_model=32, layers=2, heads=2, mlp_ratio=2, num_slots=3, slot_norm=slot_norm, answers=answer_vocab(),
+                         vit=ViTConfig(width=32, depth=1, heads=2))
+    return BuiltinLatentReasoner(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def spatial_items():
+    from worldgen.tasks import spatial
+    from worldgen.tasks.base import split_seed
+
+    return [spatial.generate(split_seed("test", 5, i), spatial.Config(level=1 + i % 3)) for i in range(6)]
+
+
+def _prefix(model, text, samples):
+    feats = model.features(np.stack([s.images["image"] for s in samples]))
+    return model.prefix(feats, text.tokens([s.record["question"] for s in samples]),
+                        [text.encode(s.record["options"]) for s in samples])
+
+
+def test_slot_input_is_the_previous_positions_last_hidden_state(text, spatial_items):
+    model = tiny_model(slot_norm="hidden")
+    pre = _prefix(model, text, spatial_items[:2])
+    seen = []
+    hook = model.lm.layers[0].register_forward_pre_hook(lambda mod, args, kwargs: seen.append(kwargs.get("hidden_states", args[0] if args else None)),
+                                                        with_kwargs=True)
+    try:
+        r = latent.rollout(model, pre, 3, slot_norm="hidden")
+    finally:
+        hook.remove()
+    # calls: prefix, <start>, slot 1, slot 2, slot 3, <end>; the layer-0 input of slot k is the fed-back vector
+    assert len(seen) == 6
+    for k in range(3):
+        fed = seen[2 + k][:, -1]
+        assert torch.allclose(fed, r.hidden_before[:, k], atol=1e-6)  # = h_{k-1}, its norm restored
+        assert torch.allclose(fed, r.slot_inputs[:, k])
+    with pytest.raises(Exception, match="num_slots"):
+        latent.rollout(model, pre, 40)
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_replay_reproduces_the_rollout(text, spatial_items, sampled):
+    from training.gepo import vmf_log_ratio
+
+    model = tiny_model()
+    pre = _prefix(model, text, spatial_items[:3])
+    sampler = latent.vmf_sampler(20.0, torch.Generator().manual_seed(0)) if sampled else None
+    with torch.no_grad():
+        r = latent.rollout(model, pre, 3, sampler=sampler)
+        rp = latent.replay(model, pre, r.slot_inputs)
+    assert torch.allclose(rp["answer_logits"], r.answer_logits, atol=1e-5)
+    assert torch.allclose(rp["first_logits"], r.first_logits, atol=1e-5)
+    assert torch.allclose(rp["means"], r.means, atol=1e-6)
+    ratio = vmf_log_ratio(rp["means"], r.means, r.directions, 20.0).exp()
+    assert torch.allclose(ratio, torch.ones_like(ratio), atol=1e-4)
+    if sampled:
+        assert not torch.allclose(r.directions, r.means)
+
+
+class _Data:
+    """A SpatialSet-shaped view of a few items (features from the tiny model's random ViT)."""
+
+    def __init__(self, model, text, samples):
+        from training.gelvr_data import record_item
+
+        self.features = model.features(np.stack([s.images["image"] for s in samples])).half()
+        self.items = [record_item(s.record) for s in samples]
+        self.questions = text.tokens([it.question for it in self.items])
+        self.options = torch.stack([text.encode(it.options) for it in self.items])
+
+    def __len__(self):
+        return len(self.items)
+
+
+def test_sft_lowers_every_loss_term_and_a_gepo_step_runs(text, spatial_items):
+    from training.gelvr_rl import RLRecipe, collect, replayed
+    from training.gelvr_sft import SFTRecipe, evaluate, sft_losses
+    from training.gepo import GePOLoss, group_advantages
+
+    model = tiny_model().train()
+    data = _Data(model, text, spatial_items)
+    recipe = SFTRecipe(variant="full", num_slots=3)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+    idx = np.arange(len(data))
+    first = {k: float(v.detach()) for k, v in sft_losses(model, data, idx, recipe).items()}
+    for _ in range(40):
+        loss = sum(sft_losses(model, data, idx, recipe).values())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    last = {k: float(v.detach()) for k, v in sft_losses(model, data, idx, recipe).items()}
+    assert set(first) == {"ce", "pt", "gram", "cross"}
+    assert all(last[k] < first[k] for k in first), (first, last)
+    metrics = evaluate(model, data, 3)
+    assert 0 <= metrics["accuracy"] <= 1 and "pointing" in metrics and "level_1" in metrics
+
+    # one GePO step: rollouts, reference replay, the objective; at the old policy every ratio is 1 (nothing clipped)
+    reference = tiny_model()
+    reference.load_state_dict(model.state_dict())
+    rl = RLRecipe(group=4, kappa=20.0)
+    roll = collect(model.eval(), data, np.arange(3), rl, torch.Generator().manual_seed(0))
+    assert roll["z"].shape == (12, 3, 32) and roll["tokens"].shape == (12, 2)
+    adv = group_advantages(roll["reward"].view(-1, 4)).reshape(-1)
+    with torch.no_grad():
+        ref = replayed(reference, data, roll, rl)
+    now = replayed(model.train(), data, roll, rl)
+    loss, m = GePOLoss(kappa=20.0)(adv=adv, logp=now["logp"], logp_old=roll["logp_old"], logp_ref=ref["logp"], text_mask=roll["text_mask"],
+                                   mu=now["mu"], mu_old=roll["mu_old"], mu_ref=ref["mu"], z=roll["z"], latent_mask=roll["started"],
+                                   image_tokens=ref["image"])
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert m["clipfrac_text"] == 0.0 and m.get("clipfrac_latent", 0.0) == 0.0
+    assert m["r_geo"] == pytest.approx(0.0, abs=1e-5)
+
+
+# ---- the pipeline
+@pytest.fixture(scope="module")
+def saved_reasoner(tmp_path_factory):
+    path = tmp_path_factory.mktemp("reasoner")
+    tiny_model().save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pipe(saved_reasoner):
+    from pipelines.latent_reasoning import LatentReasoningPipeline
+
+    return LatentReasoningPipeline.build(components={"reasoner": str(saved_reasoner)})
+
+
+def test_pipeline_output_files_and_reload(pipe, spatial_items, tmp_path):
+    from pipelines.latent_reasoning import LatentReasoningPipeline
+
+    s = spatial_items[0]
+    out = pipe(s.images["image"], s.record["question"], s.record["options"])
+    assert out.answer in s.record["options"] and out.answer == out.options[out.answer_index]
+    assert sum(out.posterior.values()) == pytest.approx(1.0)
+    assert out.slots.shape == (3, 32) and out.attention.shape == (3, 16, 16)
+    assert np.allclose(out.attention.sum((1, 2)), 1.0, atol=1e-4)
+    assert len(out.peaks) == 3 and all(0 <= p["box"][0] < p["box"][2] <= 512 for p in out.peaks)
+    x0, y0, x1, y1 = out.region
+    assert 0 <= x0 < x1 <= 512 and 0 <= y0 < y1 <= 512
+    out.save(tmp_path / "o")
+    assert {"slots.png", "zoom.png", "slots.npy", "attention.npy", "result.json", "config.json"} <= {p.name for p in (tmp_path / "o").iterdir()}
+    pipe.save_pretrained(tmp_path / "p")
+    again = LatentReasoningPipeline.from_pretrained(tmp_path / "p")(s.images["image"], s.record["question"], s.record["options"])
+    assert again.posterior == out.posterior and np.array_equal(again.slots, out.slots)
+    direct = LatentReasoningPipeline.build(tmp_path / "p", config={"num_slots": 0})(s.images["image"], s.record["question"], s.record["options"])
+    assert direct.num_slots == 0 and direct.attention.shape == (0, 16, 16)
+
+
+def test_pipeline_clear_errors(pipe, spatial_items):
+    from core.errors import InputError
+    from pipelines.latent_reasoning import LatentReasoningConfig
+
+    s = spatial_items[0]
+    img, q = s.images["image"], s.record["question"]
+    with pytest.raises(InputError, match="options"):
+        pipe(img, q, [])
+    with pytest.raises(InputError, match="options"):
+        pipe(img, q, ["red"])
+    with pytest.raises(InputError, match="options"):
+        pipe(img, q, ["red", "a sports car"])  # outside the builtin reasoner's answer words
+    with pytest.raises(InputError, match="128 px"):
+        pipe(np.zeros((64, 64, 3), np.uint8), q, ["red", "blue"])
+    with pytest.raises(InputError, match="question"):
+        pipe(img, "  ", ["red", "blue"])
+    with pytest.raises(InputError, match="num_slots"):
+        LatentReasoningConfig(num_slots=99)
+
+
+def test_builtin_reasoner_component_answers_directly_and_with_slots(saved_reasoner, spatial_items):
+    r = BuiltinReasoner.from_pretrained(saved_reasoner)
+    s = spatial_items[1]
+    a = r.answer(s.images["image"], s.record["question"], s.record["options"], num_slots=5)
+    assert a.slots.shape == (5, 32) and a.attention.shape == (5, 16, 16) and a.grid == (16, 16)
+    assert np.isclose(a.posterior.sum(), 1.0)

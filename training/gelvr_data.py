@@ -1,0 +1,138 @@
+"""GeLVR's data: worldgen ``spatial`` questions with the builtin reasoner's frozen image features, cached, and
+the slot targets of spec B.1 / B.2.
+
+``SpatialSet(split, n)`` generates items ``0..n-1`` of a split (levels 1, 2, 3 in turn), computes each image's
+frozen multi-scale cell features once and keeps them in memory as float16 (256 x 479 per image, ~245 KB);
+``cache=PATH`` stores them on disk (safetensors + a JSON of the records), so the benchmark's variants and
+the RL stage read the same arrays.
+
+Slot targets, from the record's ``evidence_box`` and where its anchor and target sit [PROPOSED, selectable]:
+- ``"roi"`` (LVR: the ROI's own visual tokens): the K image tokens nearest K evenly spaced points on the
+  segment from the anchor's centre to the target's, so s_1 sits on the anchor and s_K on the answer;
+- ``"chunks"`` (Mirage: chunk means): the image tokens whose cells lie in the evidence box, in raster order,
+  split into K contiguous chunks, each chunk's mean.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from core.weights_io import load_state_dict, save_state_dict
+
+logger = logging.getLogger(__name__)
+TARGETS = ("roi", "chunks")
+SIZE = 512  # worldgen spatial's canvas
+
+
+@dataclass
+class Item:
+    question: str
+    options: list[str]
+    answer: str
+    level: int
+    box: tuple[float, float, float, float]  # evidence box, xyxy pixels of the 512 canvas
+    path: tuple[float, float, float, float]  # anchor centre -> target centre (x0, y0, x1, y1)
+    target_size: str  # the asked object's size word
+    image_size: int = SIZE
+
+
+def record_item(record: dict) -> Item:
+    objs = {o["id"]: o for o in record["objects"]}
+    a, t = objs[record["anchor_id"]], objs[record["target_id"]]
+    return Item(record["question"], list(record["options"]), record["answer"], int(record["level"]), tuple(record["evidence_box"]),
+                (a["x"], a["y"], t["x"], t["y"]), t["size"])
+
+
+def cell_centres(grid: int, size: float = SIZE) -> np.ndarray:
+    """``(grid*grid, 2)`` (x, y) of each cell's centre, raster order."""
+    c = (np.arange(grid) + 0.5) * size / grid
+    ys, xs = np.meshgrid(c, c, indexing="ij")
+    return np.stack([xs.ravel(), ys.ravel()], -1)
+
+
+def box_cells(box, grid: int, size: float = SIZE) -> np.ndarray:
+    """Indices of the cells whose centres lie in ``box``; at least the cell under the box's centre."""
+    xy = cell_centres(grid, size)
+    x0, y0, x1, y1 = box
+    inside = np.nonzero((xy[:, 0] >= x0) & (xy[:, 0] <= x1) & (xy[:, 1] >= y0) & (xy[:, 1] <= y1))[0]
+    if len(inside):
+        return inside
+    return np.array([nearest_cell(((x0 + x1) / 2, (y0 + y1) / 2), grid, size)])
+
+
+def nearest_cell(point, grid: int, size: float = SIZE) -> int:
+    x, y = point
+    col = int(np.clip(x * grid / size, 0, grid - 1))
+    row = int(np.clip(y * grid / size, 0, grid - 1))
+    return row * grid + col
+
+
+def target_groups(item: Item, k: int, grid: int, kind: str = "roi") -> list[np.ndarray]:
+    """Per slot, the image-token indices whose mean is its target."""
+    if kind == "roi":
+        x0, y0, x1, y1 = item.path
+        ts = np.linspace(0, 1, k) if k > 1 else np.ones(1)
+        return [np.array([nearest_cell((x0 + t * (x1 - x0), y0 + t * (y1 - y0)), grid, item.image_size)]) for t in ts]
+    if kind == "chunks":
+        cells = box_cells(item.box, grid, item.image_size)
+        if len(cells) < k:
+            cells = np.resize(cells, k)
+        return list(np.array_split(cells, k))
+    raise ValueError(f"targets {kind!r}: choose one of {TARGETS}")
+
+
+def slot_targets(image_tokens: torch.Tensor, items: list[Item], k: int, grid: int, kind: str = "roi") -> torch.Tensor:
+    """``(B, K, d)``: the slot targets read from the (detached) image tokens ``(B, N, d)``."""
+    rows = []
+    for toks, it in zip(image_tokens, items):
+        rows.append(torch.stack([toks[torch.as_tensor(g)].mean(0) for g in target_groups(it, k, grid, kind)]))
+    return torch.stack(rows).detach()
+
+
+class SpatialSet:
+    """Items of a split with cached frozen features: ``features`` ``(n, N, F)`` float16, ``questions`` (MiniLM token
+    states, a list), ``options`` ``(n, O, 384)``, ``items``."""
+
+    def __init__(self, split: str, n: int, model, text, seed: int = 0, cache: str | Path | None = None):
+        self.split, self.n = split, int(n)
+        path = Path(cache) if cache else None
+        if path is not None and path.with_suffix(".json").is_file():
+            meta = json.loads(path.with_suffix(".json").read_text())
+            if meta["split"] == split and meta["n"] >= n and meta["seed"] == seed:
+                state = load_state_dict(path.with_suffix(".safetensors"))
+                self.features = state["features"][:n]
+                self.records = meta["records"][:n]
+                logger.info("read %d cached %s items from %s", n, split, path)
+                self._finish(text)
+                return
+        from worldgen.tasks import spatial
+        from worldgen.tasks.base import split_seed
+
+        feats, self.records = [], []
+        for i in range(self.n):
+            s = spatial.generate(split_seed(split, seed, i), spatial.Config(level=1 + i % 3))
+            feats.append(model.features(s.images["image"])[0].half().cpu())
+            self.records.append({k: s.record[k] for k in ("question", "options", "answer", "answer_index", "level", "evidence_box",
+                                                          "anchor_id", "target_id", "objects", "relation", "seed")})
+            if (i + 1) % 500 == 0:
+                logger.info("%s: %d / %d images read", split, i + 1, self.n)
+        self.features = torch.stack(feats)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_state_dict({"features": self.features}, path.with_suffix(".safetensors"))
+            path.with_suffix(".json").write_text(json.dumps({"split": split, "n": self.n, "seed": seed, "records": self.records}))
+        self._finish(text)
+
+    def _finish(self, text) -> None:
+        self.items = [record_item(r) for r in self.records]
+        self.questions = text.tokens([it.question for it in self.items])
+        self.options = torch.stack([text.encode(it.options) for it in self.items])
+
+    def __len__(self) -> int:
+        return self.n

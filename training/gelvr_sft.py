@@ -1,0 +1,249 @@
+"""GeLVR SFT of the builtin latent reasoner on worldgen ``spatial`` (specs/gelvr.md B.1-B.2).
+
+One teacher-forced pass per batch: ``[image] [question] [options] <start> v_1 .. v_K <end>`` with the slot inputs
+the targets' directions (at the image tokens' norm); the hidden states h_0 .. h_{K-1} before each slot are
+pulled towards the targets V:
+
+    L = CE(<start>) + CE(answer) + lambda_pt L_pt(H, V) + lambda_gram L_gram(H, V) + lambda_cross L_cross(H, V; P)
+
+``--variant`` picks the benchmark's ablations: ``direct`` (no slots: the first token is the answer), ``pointwise``
+(L_pt only, LVR-style), ``gram`` (+ Gram), ``full`` (+ the slot-to-image cross KL: GeLVR), and ``cka`` / ``rkd``
+(the relational term swapped for 1 - linear CKA or RKD). Targets and P are detached (P is "shared and fixed").
+Batches are a function of the step and checkpoints hold the optimiser, so a stopped run resumes exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from core.atomic import atomic_path, write_json_atomic
+
+logger = logging.getLogger(__name__)
+KIND = "builtin-latent-reasoner"  # the tag of config.json and train_config.json (training.common.KINDS)
+VARIANTS = ("direct", "pointwise", "gram", "full", "cka", "rkd")
+
+
+@dataclass
+class SFTRecipe:
+    variant: str = "full"
+    steps: int = 3000
+    batch: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup: int = 100
+    num_slots: int = 4  # LVR's K = 4 / 8 / 16; 4 is Mirage's and fits a relation's anchor -> target path
+    targets: str = "roi"
+    pointwise: str = "cos"
+    lambda_pt: float = 1.0  # spec B.2 defaults: 1.0 (cos) or 0.1 (mse)
+    lambda_geo: float = 0.5
+    tau: float = 0.07
+    d_model: int = 128
+    layers: int = 4
+    train_items: int = 6000
+    val_items: int = 300
+    eval_every: int = 500
+    seed: int = 0
+
+    def weights(self) -> dict[str, float]:
+        """Which loss terms this variant uses, with their weights."""
+        v = self.variant
+        if v not in VARIANTS:
+            raise ValueError(f"variant {v!r}: choose one of {VARIANTS}")
+        if v == "direct":
+            return {}
+        w = {"pt": self.lambda_pt}
+        if v in ("gram", "full"):
+            w["gram"] = self.lambda_geo
+        if v == "full":
+            w["cross"] = self.lambda_geo
+        if v in ("cka", "rkd"):
+            w[v] = self.lambda_geo
+            w["cross"] = self.lambda_geo
+        return w
+
+    @property
+    def slots(self) -> int:
+        return 0 if self.variant == "direct" else self.num_slots
+
+
+def answer_vocab() -> list[str]:
+    from worldgen.vocab import COLOR_NAMES, SHAPES
+
+    return [*COLOR_NAMES, *SHAPES]
+
+
+def batch_inputs(model, data, idx: np.ndarray) -> tuple[dict, list]:
+    pre = model.prefix(data.features[idx].float(), [data.questions[i] for i in idx], [data.options[i] for i in idx])
+    return pre, [data.items[i] for i in idx]
+
+
+def latent_sft_losses(core, pre: dict, targets: torch.Tensor | None, answer_ids: torch.Tensor, recipe: SFTRecipe) -> dict[str, torch.Tensor]:
+    """The SFT terms on any ``planners.latent.LatentCore``: ``targets`` ``(B, K, d)`` the slot targets (None: the
+    direct variant, whose first token is the answer), ``answer_ids`` ``(B,)`` the answer tokens."""
+    from planners import latent_geometry as geo
+    from planners.latent import replay, teacher_forced_inputs
+
+    if targets is None:
+        _, first = core.begin(pre)
+        return {"ce": F.cross_entropy(first.float(), answer_ids)}
+    p = pre["image"].detach()
+    out = replay(core, pre, teacher_forced_inputs(core, pre, targets))
+    h = out["hidden_before"].float()
+    start = torch.full_like(answer_ids, core.start_id)
+    losses = {"ce": F.cross_entropy(out["first_logits"].float(), start) + F.cross_entropy(out["answer_logits"].float(), answer_ids)}
+    v, p = targets.float(), p.float()
+    terms = {"pt": lambda: geo.pointwise_loss(h, v, recipe.pointwise), "gram": lambda: geo.gram_loss(h, v),
+             "cross": lambda: geo.cross_kl(h, v, p, recipe.tau), "cka": lambda: geo.cka_loss(h, v), "rkd": lambda: geo.rkd_loss(h, v)}
+    for name, weight in recipe.weights().items():
+        losses[name] = weight * terms[name]()
+    return losses
+
+
+def sft_losses(model, data, idx: np.ndarray, recipe: SFTRecipe) -> dict[str, torch.Tensor]:
+    """The builtin reasoner's SFT terms on items ``idx`` of a ``SpatialSet``."""
+    from training.gelvr_data import slot_targets
+
+    pre, items = batch_inputs(model, data, idx)
+    answers = torch.tensor([model.answer_ids([it.answer])[0] for it in items], device=model.device)
+    targets = None
+    if recipe.slots:
+        targets = slot_targets(pre["image"].detach(), items, recipe.slots, model.config.grid, recipe.targets)
+    return latent_sft_losses(model, pre, targets, answers, recipe)
+
+
+@torch.no_grad()
+def evaluate(model, data, num_slots: int, batch: int = 50, limit: int | None = None) -> dict:
+    """Greedy accuracy (overall, by level, by the asked object's size) and the pointing rate: how often the peak
+    of the slots' mean map over the image lies in a cell that overlaps the evidence box."""
+    from planners.latent import rollout, slot_attention
+
+    model.eval()
+    n = min(len(data), limit or len(data))
+    hits, point, levels, sizes = [], [], [], []
+    for s in range(0, n, batch):
+        idx = np.arange(s, min(n, s + batch))
+        pre, items = batch_inputs(model, data, idx)
+        if num_slots == 0:
+            empty = model.token_embeds(torch.zeros(len(idx), 0, dtype=torch.long, device=model.device))
+            logits = model.run(pre, empty)[1][:, -1]
+        else:
+            r = rollout(model, pre, num_slots, slot_norm=model.config.slot_norm)
+            logits = r.answer_logits
+            amap = slot_attention(r.slot_inputs, pre["image"]).mean(1)  # (B, N)
+            point += [cell_hits_box(int(a.argmax()), it.box, model.config.grid) for a, it in zip(amap, items)]
+        for lg, it in zip(logits, items):
+            ids = model.answer_ids(it.options)
+            hits.append(it.options[int(lg[ids].argmax())] == it.answer)
+            levels.append(it.level)
+            sizes.append(it.target_size)
+    model.train()
+    hits, levels, sizes = np.array(hits), np.array(levels), np.array(sizes)
+    out = {"accuracy": round(float(hits.mean()), 4), "n": int(n)}
+    out.update({f"level_{k}": round(float(hits[levels == k].mean()), 4) for k in sorted(set(levels.tolist()))})
+    out.update({f"size_{k}": round(float(hits[sizes == k].mean()), 4) for k in sorted(set(sizes.tolist()))})
+    if point:
+        out["pointing"] = round(float(np.mean(point)), 4)
+    return out
+
+
+def cell_hits_box(cell: int, box, grid: int, size: float = 512) -> bool:
+    """Whether the cell's rectangle overlaps the box."""
+    r, c = divmod(cell, grid)
+    w = size / grid
+    x0, y0, x1, y1 = box
+    return c * w <= x1 and (c + 1) * w >= x0 and r * w <= y1 and (r + 1) * w >= y0
+
+
+def build_model(recipe: SFTRecipe):
+    from planners.builtin import load_builtin_vlm
+    from planners.latent_builtin import BuiltinLatentReasoner, ReasonerConfig
+
+    vlm = load_builtin_vlm()
+    cfg = ReasonerConfig(d_model=recipe.d_model, layers=recipe.layers, num_slots=recipe.slots, answers=answer_vocab())
+    return BuiltinLatentReasoner.from_vlm(vlm.model, cfg), vlm.text
+
+
+def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), cache: str | Path = "outputs/gelvr", resume: bool = True) -> dict:
+    from training.gelvr_data import SpatialSet
+
+    out = Path(out)
+    (out / "run").mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "train_config.json", {"model": KIND, "stage": "sft", "recipe": asdict(recipe)})
+    t0 = time.perf_counter()
+    torch.manual_seed(recipe.seed)
+    model, text = build_model(recipe)
+    cache = Path(cache)
+    train = SpatialSet("train", recipe.train_items, model, text, cache=cache / "train")
+    val = SpatialSet("val", recipe.val_items, model, text, cache=cache / "val")
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: float(min(1.0, (s + 1) / recipe.warmup) * 0.5 * (1 + np.cos(np.pi * min(1.0, s / recipe.steps)))))
+    ckpt, step, history = out / "run" / "checkpoint.pt", 0, []
+    if resume and ckpt.exists():
+        state = torch.load(ckpt, weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        step, history = int(state["step"]), json.loads(state["history"])
+        logger.info("resumed at step %d", step)
+    model.train()
+    t_loop, first = time.perf_counter(), step
+    while step < recipe.steps:
+        idx = np.random.default_rng([recipe.seed, step]).integers(len(train), size=recipe.batch)  # exact resume
+        losses = sft_losses(model, train, idx, recipe)
+        loss = sum(losses.values())
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        step += 1
+        if step % 50 == 0:
+            logger.info("step %d %s", step, {k: round(float(v), 4) for k, v in losses.items()})
+        if step % recipe.eval_every == 0 or step == recipe.steps:
+            history.append({"step": step, **{k: round(float(v.detach()), 4) for k, v in losses.items()}, **evaluate(model, val, recipe.slots)})
+            logger.info("val %s", history[-1])
+            with atomic_path(ckpt) as tmp:
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step,
+                            "history": json.dumps(history)}, tmp)
+    facts = {"kind": KIND, "stage": "sft", "recipe": asdict(recipe), "steps": step, "train_minutes": round((time.perf_counter() - t0) / 60, 2),
+             "loop_sec_per_step": round((time.perf_counter() - t_loop) / (step - first), 4) if step > first else None,
+             "val_history": history, "trainable_parameters": sum(p.numel() for p in params)}
+    model.save_pretrained(out, {"steps": step, "variant": recipe.variant})
+    write_json_atomic(out / "eval.json", facts)
+    return facts
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m training.gelvr_sft", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="outputs/train/gelvr_sft")
+    ap.add_argument("--variant", choices=VARIANTS, default="full")
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--num-slots", type=int)
+    ap.add_argument("--targets", choices=("roi", "chunks"))
+    ap.add_argument("--cache", default="outputs/gelvr", help="folder of the cached image features (made on first use)")
+    ap.add_argument("--no-resume", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    recipe = SFTRecipe(variant=args.variant)
+    for name in ("steps", "num_slots", "targets"):
+        if getattr(args, name) is not None:
+            setattr(recipe, name, getattr(args, name))
+    facts = train_sft(args.out, recipe, args.cache, resume=not args.no_resume)
+    print(json.dumps({"steps": facts["steps"], "val": facts["val_history"][-1] if facts["val_history"] else None,
+                      "train_minutes": facts["train_minutes"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
