@@ -262,7 +262,7 @@ def _add_worldgen(sub) -> None:
 
 def _add_score(sub) -> None:
     """``atelier score SCORER``: benchmark scorers that match the official evaluation code, one sub-command each."""
-    score = sub.add_parser("score", help="benchmark scores that match the official evaluators (vos, pose)",
+    score = sub.add_parser("score", help="benchmark scores that match the official evaluators (vos, pose, mcq)",
                            description="Score saved predictions against ground truth exactly as the official evaluation code does.")
     ssub = score.add_subparsers(dest="scorer", metavar="SCORER", required=True)
     p = ssub.add_parser("vos", help="J, F and J&F of video object masks (DAVIS-2017)", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -293,6 +293,21 @@ def _add_score(sub) -> None:
     p.add_argument("--normalise", choices=("bbox", "torso"), default="bbox", help="PCK scale: GT keypoint box diagonal (default) or torso length")
     _add_common(p)
     p.set_defaults(func=_cmd_score_pose)
+    p = ssub.add_parser("mcq", help="multiple-choice accuracy from generated text (V*Bench / HR-Bench style, VLMEvalKit's letter rules)",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="Accuracy of generated answers to lettered multiple-choice questions, overall and per category,\n"
+                                    "with 95% Wilson intervals. The letter is extracted as VLMEvalKit's can_infer does (the letter rule,\n"
+                                    "then the option text). QUESTIONS: JSON lines / list of {question_id, label, options?, category?};\n"
+                                    "PREDICTIONS: {question_id, prediction}. A missing or unreadable prediction counts as wrong.",
+                        epilog="examples:\n"
+                               "  atelier score mcq vstar/questions.jsonl runs/qwen_latent.jsonl\n"
+                               "  atelier score mcq questions.jsonl predictions.jsonl --article-guard --json   # older VLMEvalKit / Qwen eval")
+    p.add_argument("questions", metavar="QUESTIONS", help="questions with their right letter (JSON lines or a JSON list)")
+    p.add_argument("predictions", metavar="PREDICTIONS", help="the model's answers as text (JSON lines or a JSON list)")
+    p.add_argument("--article-guard", action="store_true", help="refuse answers of more than three words containing 'A' "
+                                                                  "(older VLMEvalKit releases, Qwen's evaluation)")
+    _add_common(p)
+    p.set_defaults(func=_cmd_score_mcq)
 
 
 # --------------------------------------------------------------------------- commands
@@ -550,6 +565,14 @@ def _cmd_score_vos(args) -> int:
 
     result = vos(args.pred, args.gt, unsupervised=args.unsupervised, bound_th=args.bound_th)
     _emit(args, result.to_dict(), result.format())
+    return 0
+
+
+def _cmd_score_mcq(args) -> int:
+    from scorers.mcq import format_mcq, mcq_accuracy
+
+    result = mcq_accuracy(args.questions, args.predictions, article_guard=args.article_guard)
+    _emit(args, {k: v.to_dict() for k, v in result.items()}, format_mcq(result))
     return 0
 
 

@@ -38,6 +38,16 @@ SCALES = (128, 256)
 TILE = 64
 ATTRIBUTES = 19  # P(object), 10 colours, 8 shapes: the builtin VLM's patch attribute head
 MIN_SIDE = 128
+COORD_FREQUENCIES = 4
+
+
+def _cell_fourier(grid: int) -> torch.Tensor:
+    """``(grid*grid, 4F)``: sin and cos of (x, y) in [-1, 1] at frequencies pi/2 * 2^f, f < F, raster order."""
+    c = (torch.arange(grid) + 0.5) / grid * 2 - 1
+    y, x = torch.meshgrid(c, c, indexing="ij")
+    f = (torch.pi / 2) * 2.0 ** torch.arange(COORD_FREQUENCIES)
+    ang = torch.stack([x.reshape(-1), y.reshape(-1)], -1)[..., None] * f  # (N, 2, F)
+    return torch.cat([ang.sin(), ang.cos()], -1).reshape(grid * grid, -1)
 
 
 @dataclass
@@ -51,6 +61,9 @@ class ReasonerConfig:
     max_options: int = 8
     num_slots: int = 4  # the K it was trained with
     slot_norm: str = "image"
+    # [PROPOSED] a prefix-LM mask: image, question and options attend to each other both ways (so image tokens can
+    # be read in the light of the question), the slots and the answer causally; False: causal throughout, like Qwen
+    prefix_lm: bool = False
     answers: list[str] = field(default_factory=list)
     vit: ViTConfig = field(default_factory=ViTConfig)
 
@@ -92,6 +105,10 @@ class BuiltinLatentReasoner(nn.Module):
         w = c.vit.width
         self.attributes = nn.Sequential(nn.LayerNorm(w), nn.Linear(w, 256), nn.GELU(), nn.Linear(256, ATTRIBUTES)).requires_grad_(False)
         self.project = nn.Sequential(nn.LayerNorm(c.feature_dim), nn.Linear(c.feature_dim, d), nn.GELU(), nn.Linear(d, d), nn.LayerNorm(d))
+        # each cell's place as fixed Fourier features of (x, y): "right of the anchor" is then a smooth function a query
+        # can express from the first step, which learned position tables only become after long training
+        self.coords = nn.Linear(4 * COORD_FREQUENCIES, d, bias=False)
+        self.register_buffer("cell_xy", _cell_fourier(c.grid), persistent=False)
         self.row, self.col = nn.Parameter(torch.randn(c.grid, d) * 0.02), nn.Parameter(torch.randn(c.grid, d) * 0.02)
         self.text_in = nn.Linear(384, d)
         self.option_in = nn.Linear(384, d)
@@ -140,7 +157,7 @@ class BuiltinLatentReasoner(nn.Module):
         """``(B, N, feature_dim)`` -> the image tokens' input embeddings ``(B, N, d)`` (projection + 2-D position):
         the space slot targets and the slot-to-image maps live in."""
         g = self.config.grid
-        pos = (self.row[:, None] + self.col[None]).reshape(g * g, -1)
+        pos = (self.row[:, None] + self.col[None]).reshape(g * g, -1) + self.coords(self.cell_xy)
         return self.project(features) + pos
 
     def prefix(self, features: torch.Tensor, questions: list[torch.Tensor], options: list[torch.Tensor]) -> dict:
@@ -166,14 +183,23 @@ class BuiltinLatentReasoner(nn.Module):
     def token_embeds(self, ids: torch.Tensor) -> torch.Tensor:
         return self.lm.embed_tokens(ids)
 
+    def _mask(self, n_prefix: int, n_total: int, b: int, dtype: torch.dtype) -> torch.Tensor | None:
+        """The 4-D additive mask of a prefix-LM (None: plain causal)."""
+        if not self.config.prefix_lm:
+            return None
+        allowed = torch.ones(n_total, n_total, dtype=torch.bool, device=self.device).tril()
+        allowed[:n_prefix, :n_prefix] = True
+        return torch.zeros(b, 1, n_total, n_total, dtype=dtype, device=self.device).masked_fill(~allowed, torch.finfo(dtype).min)
+
     def run(self, prefix: dict, tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.cat([prefix["embeds"], tail], 1)
-        out = self.lm(inputs_embeds=x, use_cache=False).last_hidden_state
         n = prefix["embeds"].shape[1]
+        out = self.lm(inputs_embeds=x, attention_mask=self._mask(n, x.shape[1], len(x), x.dtype), use_cache=False).last_hidden_state
         return out[:, n:], self.head(out[:, n - 1 :])
 
     def begin(self, prefix: dict) -> tuple[object, torch.Tensor]:
-        out = self.lm(inputs_embeds=prefix["embeds"], use_cache=True)
+        x = prefix["embeds"]
+        out = self.lm(inputs_embeds=x, attention_mask=self._mask(x.shape[1], x.shape[1], len(x), x.dtype), use_cache=True)
         return {"cache": out.cache}, self.head(out.last_hidden_state[:, -1])
 
     def extend(self, state: dict, embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

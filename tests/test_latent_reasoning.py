@@ -198,3 +198,21 @@ def test_builtin_reasoner_component_answers_directly_and_with_slots(saved_reason
     a = r.answer(s.images["image"], s.record["question"], s.record["options"], num_slots=5)
     assert a.slots.shape == (5, 32) and a.attention.shape == (5, 16, 16) and a.grid == (16, 16)
     assert np.isclose(a.posterior.sum(), 1.0)
+
+
+def test_chain_targets_follow_the_search(spatial_items):
+    from training.gelvr_data import box_cells, cell_centres, record_item, target_groups
+
+    inside = 0
+    for s in spatial_items:
+        it = record_item(s.record)
+        anchor, region, target, centre = target_groups(it, 4, 16, "chain")
+        xy = cell_centres(16)
+        ax, ay, tx, ty = it.path
+        assert np.hypot(*(xy[anchor].mean(0) - (ax, ay))) < it.radii[0] + 32  # the anchor's cells surround it
+        assert np.hypot(*(xy[centre[0]] - (tx, ty))) <= 16 * 2**0.5 + 1e-6  # the cell under the target's centre
+        inside += int(centre[0] in region)  # the target lies in the relation's region (up to a cell's rounding)
+        assert set(target) <= set(range(256)) and len(box_cells(it.box, 16)) >= 1
+        assert [len(g) for g in target_groups(it, 2, 16, "chain")] == [len(anchor), 1]
+        assert len(target_groups(it, 5, 16, "chunks")) == 5 and len(target_groups(it, 3, 16, "roi")) == 3
+    assert inside >= len(spatial_items) - 2

@@ -10,7 +10,12 @@ Slot targets, from the record's ``evidence_box`` and where its anchor and target
 - ``"roi"`` (LVR: the ROI's own visual tokens): the K image tokens nearest K evenly spaced points on the
   segment from the anchor's centre to the target's, so s_1 sits on the anchor and s_K on the answer;
 - ``"chunks"`` (Mirage: chunk means): the image tokens whose cells lie in the evidence box, in raster order,
-  split into K contiguous chunks, each chunk's mean.
+  split into K contiguous chunks, each chunk's mean;
+- ``"chain"`` (the default): the steps of the search, each computable from the ones before and the question: the
+  anchor (the mean of its cells), the relation's region beyond it (the mean of the cells in the band), the target
+  object (its cells' mean), the target's centre cell; K slots spread over these four stages in order. The
+  straight ``"roi"`` path asks the middle slots for cells whose place depends on where the target is, which a
+  slot cannot know before it has found it.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import torch
 from core.weights_io import load_state_dict, save_state_dict
 
 logger = logging.getLogger(__name__)
-TARGETS = ("roi", "chunks")
+TARGETS = ("chain", "roi", "chunks")
 SIZE = 512  # worldgen spatial's canvas
 
 
@@ -39,6 +44,8 @@ class Item:
     box: tuple[float, float, float, float]  # evidence box, xyxy pixels of the 512 canvas
     path: tuple[float, float, float, float]  # anchor centre -> target centre (x0, y0, x1, y1)
     target_size: str  # the asked object's size word
+    relation: str = "right of"
+    radii: tuple[float, float] = (0.0, 0.0)  # anchor's and target's radii (pixels)
     image_size: int = SIZE
 
 
@@ -46,7 +53,7 @@ def record_item(record: dict) -> Item:
     objs = {o["id"]: o for o in record["objects"]}
     a, t = objs[record["anchor_id"]], objs[record["target_id"]]
     return Item(record["question"], list(record["options"]), record["answer"], int(record["level"]), tuple(record["evidence_box"]),
-                (a["x"], a["y"], t["x"], t["y"]), t["size"])
+                (a["x"], a["y"], t["x"], t["y"]), t["size"], record.get("relation", "right of"), (a["r"], t["r"]))
 
 
 def cell_centres(grid: int, size: float = SIZE) -> np.ndarray:
@@ -73,8 +80,32 @@ def nearest_cell(point, grid: int, size: float = SIZE) -> int:
     return row * grid + col
 
 
-def target_groups(item: Item, k: int, grid: int, kind: str = "roi") -> list[np.ndarray]:
+def disc_cells(x: float, y: float, r: float, grid: int, size: float = SIZE) -> np.ndarray:
+    """Cells whose centres lie within ``r`` of (x, y); at least the cell under it."""
+    xy = cell_centres(grid, size)
+    inside = np.nonzero(np.hypot(xy[:, 0] - x, xy[:, 1] - y) <= r)[0]
+    return inside if len(inside) else np.array([nearest_cell((x, y), grid, size)])
+
+
+def region_cells(item: Item, grid: int) -> np.ndarray:
+    """Cells whose centres lie in the relation's region beyond the anchor (worldgen spatial's rule)."""
+    from worldgen.tasks.spatial import in_region
+
+    x0, y0 = item.path[:2]
+    anchor = {"x": x0, "y": y0, "r": item.radii[0]}
+    xy = cell_centres(grid, item.image_size)
+    inside = [i for i, (x, y) in enumerate(xy) if in_region(anchor, {"x": x, "y": y}, item.relation, item.image_size)]
+    return np.array(inside) if inside else np.array([nearest_cell(item.path[2:], grid, item.image_size)])
+
+
+def target_groups(item: Item, k: int, grid: int, kind: str = "chain") -> list[np.ndarray]:
     """Per slot, the image-token indices whose mean is its target."""
+    if kind == "chain":
+        (ax, ay, tx, ty), (ar, tr) = item.path, item.radii
+        stages = [disc_cells(ax, ay, ar, grid, item.image_size), region_cells(item, grid), disc_cells(tx, ty, tr, grid, item.image_size),
+                  np.array([nearest_cell((tx, ty), grid, item.image_size)])]
+        picks = np.round(np.linspace(0, 3, k)).astype(int) if k > 1 else np.array([3])
+        return [stages[i] for i in picks]
     if kind == "roi":
         x0, y0, x1, y1 = item.path
         ts = np.linspace(0, 1, k) if k > 1 else np.ones(1)
@@ -87,7 +118,7 @@ def target_groups(item: Item, k: int, grid: int, kind: str = "roi") -> list[np.n
     raise ValueError(f"targets {kind!r}: choose one of {TARGETS}")
 
 
-def slot_targets(image_tokens: torch.Tensor, items: list[Item], k: int, grid: int, kind: str = "roi") -> torch.Tensor:
+def slot_targets(image_tokens: torch.Tensor, items: list[Item], k: int, grid: int, kind: str = "chain") -> torch.Tensor:
     """``(B, K, d)``: the slot targets read from the (detached) image tokens ``(B, N, d)``."""
     rows = []
     for toks, it in zip(image_tokens, items):

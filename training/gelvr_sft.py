@@ -35,22 +35,28 @@ VARIANTS = ("direct", "pointwise", "gram", "full", "cka", "rkd")
 @dataclass
 class SFTRecipe:
     variant: str = "full"
-    steps: int = 3000
+    steps: int = 900
     batch: int = 32
     lr: float = 1e-3
     weight_decay: float = 0.01
     warmup: int = 100
     num_slots: int = 4  # LVR's K = 4 / 8 / 16; 4 is Mirage's and fits a relation's anchor -> target path
-    targets: str = "roi"
+    targets: str = "chain"
+    # how the slots are fed in training [PROPOSED]: "teacher" (the targets, one parallel pass: LVR / Mirage stage 1),
+    # "free" (the model's own states fed back, as at inference; losses back-propagate through the recurrence),
+    # "both" (slot losses teacher-forced; the answer only after free-running slots). Measured: teacher-forced
+    # answers read the answer off the last target (the target's own token) and never learn to find it
+    slot_inputs: str = "both"
     pointwise: str = "cos"
     lambda_pt: float = 1.0  # spec B.2 defaults: 1.0 (cos) or 0.1 (mse)
     lambda_geo: float = 0.5
     tau: float = 0.07
     d_model: int = 128
     layers: int = 4
+    prefix_lm: bool = True
     train_items: int = 6000
     val_items: int = 300
-    eval_every: int = 500
+    eval_every: int = 300
     seed: int = 0
 
     def weights(self) -> dict[str, float]:
@@ -90,16 +96,26 @@ def latent_sft_losses(core, pre: dict, targets: torch.Tensor | None, answer_ids:
     """The SFT terms on any ``planners.latent.LatentCore``: ``targets`` ``(B, K, d)`` the slot targets (None: the
     direct variant, whose first token is the answer), ``answer_ids`` ``(B,)`` the answer tokens."""
     from planners import latent_geometry as geo
-    from planners.latent import replay, teacher_forced_inputs
+    from planners.latent import replay, rollout, teacher_forced_inputs
 
     if targets is None:
         _, first = core.begin(pre)
         return {"ce": F.cross_entropy(first.float(), answer_ids)}
     p = pre["image"].detach()
-    out = replay(core, pre, teacher_forced_inputs(core, pre, targets))
-    h = out["hidden_before"].float()
     start = torch.full_like(answer_ids, core.start_id)
-    losses = {"ce": F.cross_entropy(out["first_logits"].float(), start) + F.cross_entropy(out["answer_logits"].float(), answer_ids)}
+    k = targets.shape[1]
+    if recipe.slot_inputs in ("teacher", "both"):
+        out = replay(core, pre, teacher_forced_inputs(core, pre, targets))
+        h = out["hidden_before"].float()
+        first, answer = out["first_logits"], out["answer_logits"]
+    if recipe.slot_inputs in ("free", "both"):
+        r = rollout(core, pre, k, slot_norm=getattr(core, "slot_norm", None) or core.config.slot_norm)
+        answer = r.answer_logits  # "both": the first token's CE stays the teacher-forced pass's (the same prefix)
+        if recipe.slot_inputs == "free":
+            h, first = r.hidden_before.float(), r.first_logits
+    if recipe.slot_inputs not in ("teacher", "free", "both"):
+        raise ValueError(f"slot_inputs {recipe.slot_inputs!r}: choose teacher, free or both")
+    losses = {"ce": F.cross_entropy(first.float(), start) + F.cross_entropy(answer.float(), answer_ids)}
     v, p = targets.float(), p.float()
     terms = {"pt": lambda: geo.pointwise_loss(h, v, recipe.pointwise), "gram": lambda: geo.gram_loss(h, v),
              "cross": lambda: geo.cross_kl(h, v, p, recipe.tau), "cka": lambda: geo.cka_loss(h, v), "rkd": lambda: geo.rkd_loss(h, v)}
@@ -121,38 +137,50 @@ def sft_losses(model, data, idx: np.ndarray, recipe: SFTRecipe) -> dict[str, tor
 
 
 @torch.no_grad()
-def evaluate(model, data, num_slots: int, batch: int = 50, limit: int | None = None) -> dict:
-    """Greedy accuracy (overall, by level, by the asked object's size) and the pointing rate: how often the peak
-    of the slots' mean map over the image lies in a cell that overlaps the evidence box."""
+def item_rows(model, data, num_slots: int, batch: int = 50, limit: int | None = None) -> list[dict]:
+    """Per item, greedy: whether the answer is right, the item's level and asked size, and (with slots) whether the
+    peak of the slots' mean map over the image lies in a cell that overlaps the evidence box (``pointing``)."""
     from planners.latent import rollout, slot_attention
 
+    was_training = model.training
     model.eval()
     n = min(len(data), limit or len(data))
-    hits, point, levels, sizes = [], [], [], []
+    rows = []
     for s in range(0, n, batch):
         idx = np.arange(s, min(n, s + batch))
         pre, items = batch_inputs(model, data, idx)
+        point = [None] * len(idx)
         if num_slots == 0:
-            empty = model.token_embeds(torch.zeros(len(idx), 0, dtype=torch.long, device=model.device))
-            logits = model.run(pre, empty)[1][:, -1]
+            logits = model.begin(pre)[1]
         else:
             r = rollout(model, pre, num_slots, slot_norm=model.config.slot_norm)
             logits = r.answer_logits
             amap = slot_attention(r.slot_inputs, pre["image"]).mean(1)  # (B, N)
-            point += [cell_hits_box(int(a.argmax()), it.box, model.config.grid) for a, it in zip(amap, items)]
-        for lg, it in zip(logits, items):
+            point = [cell_hits_box(int(a.argmax()), it.box, model.config.grid) for a, it in zip(amap, items)]
+        for i, lg, it, pt in zip(idx, logits, items, point):
             ids = model.answer_ids(it.options)
-            hits.append(it.options[int(lg[ids].argmax())] == it.answer)
-            levels.append(it.level)
-            sizes.append(it.target_size)
-    model.train()
-    hits, levels, sizes = np.array(hits), np.array(levels), np.array(sizes)
-    out = {"accuracy": round(float(hits.mean()), 4), "n": int(n)}
-    out.update({f"level_{k}": round(float(hits[levels == k].mean()), 4) for k in sorted(set(levels.tolist()))})
-    out.update({f"size_{k}": round(float(hits[sizes == k].mean()), 4) for k in sorted(set(sizes.tolist()))})
+            rows.append({"item": int(i), "correct": it.options[int(lg[ids].argmax())] == it.answer, "level": it.level,
+                         "size": it.target_size, "pointing": pt})
+    model.train(was_training)
+    return rows
+
+
+def summarise_rows(rows: list[dict]) -> dict:
+    """Accuracy overall, by level and by the asked object's size, and the pointing rate."""
+    hits = np.array([r["correct"] for r in rows], dtype=float)
+    out = {"accuracy": round(float(hits.mean()), 4), "n": len(rows)}
+    for key in ("level", "size"):
+        for v in sorted({r[key] for r in rows}):
+            out[f"{key}_{v}"] = round(float(np.mean([r["correct"] for r in rows if r[key] == v])), 4)
+    point = [r["pointing"] for r in rows if r["pointing"] is not None]
     if point:
         out["pointing"] = round(float(np.mean(point)), 4)
     return out
+
+
+def evaluate(model, data, num_slots: int, batch: int = 50, limit: int | None = None) -> dict:
+    """``summarise_rows`` of ``item_rows``."""
+    return summarise_rows(item_rows(model, data, num_slots, batch, limit))
 
 
 def cell_hits_box(cell: int, box, grid: int, size: float = 512) -> bool:
@@ -168,7 +196,8 @@ def build_model(recipe: SFTRecipe):
     from planners.latent_builtin import BuiltinLatentReasoner, ReasonerConfig
 
     vlm = load_builtin_vlm()
-    cfg = ReasonerConfig(d_model=recipe.d_model, layers=recipe.layers, num_slots=recipe.slots, answers=answer_vocab())
+    cfg = ReasonerConfig(d_model=recipe.d_model, layers=recipe.layers, num_slots=recipe.slots, prefix_lm=recipe.prefix_lm,
+                         answers=answer_vocab())
     return BuiltinLatentReasoner.from_vlm(vlm.model, cfg), vlm.text
 
 
@@ -230,7 +259,7 @@ def main(argv=None) -> int:
     ap.add_argument("--variant", choices=VARIANTS, default="full")
     ap.add_argument("--steps", type=int)
     ap.add_argument("--num-slots", type=int)
-    ap.add_argument("--targets", choices=("roi", "chunks"))
+    ap.add_argument("--targets", choices=("chain", "roi", "chunks"))
     ap.add_argument("--cache", default="outputs/gelvr", help="folder of the cached image features (made on first use)")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)

@@ -1,0 +1,199 @@
+"""Latent visual reasoning on held-out worldgen ``spatial`` questions: direct answering vs latent slots trained with
+the pointwise loss only (LVR-style), + Gram, + the slot-to-image cross term (full GeLVR SFT), and the RL stages
+on top of full GeLVR: GePO (vMF latent policy), a Gaussian latent policy, and text-only RL with replayed latents
+(LVR's RL).
+
+Per method: accuracy with a 95% Wilson interval, by level and by the asked object's size, and the pointing rate
+(the peak of the slots' mean map over the image in a cell overlapping the evidence box). Paired differences on
+the same questions get a paired bootstrap interval. RL methods add their run's R_geo and clip fractions, and
+``curve.png`` draws validation accuracy and R_geo over RL steps.
+
+    python -m benchmarks.latent_reasoning --n 1200 --out outputs/bench/latent_reasoning
+
+Each method is a model folder (``--models name=PATH,...`` overrides the defaults below); a missing folder is
+skipped with a warning. Test items come from ``outputs/gelvr/test`` (the cache the trainers share; generated on
+first use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import _save_png, accuracy_cell, command_line, markdown_table, paired_bootstrap, paired_cell, write_results
+
+logger = logging.getLogger(__name__)
+
+METHODS = {  # name -> (model folder, slots used: None = the folder's own K)
+    "direct": ("outputs/train/gelvr_direct", 0),
+    "pointwise": ("outputs/train/gelvr_pointwise", None),
+    "gram": ("outputs/train/gelvr_gram", None),
+    "full": ("weights/builtin/latent_reasoner_sft", None),
+    "gepo": ("weights/builtin/latent_reasoner", None),
+    "gaussian": ("outputs/train/gelvr_rl_gaussian", None),
+    "replay": ("outputs/train/gelvr_rl_replay", None),
+}
+PAIRS = (("full", "pointwise"), ("full", "direct"), ("gram", "pointwise"), ("gepo", "full"), ("gepo", "gaussian"),
+         ("gepo", "replay"), ("gaussian", "full"), ("replay", "full"))
+RL = ("gepo", "gaussian", "replay")
+
+
+def run(args) -> tuple[list[dict], dict]:
+    from planners.builtin.text import MiniLM
+    from planners.latent_builtin import BuiltinLatentReasoner
+    from training.gelvr_data import SpatialSet
+    from training.gelvr_sft import item_rows
+
+    paths = dict((k, v[0]) for k, v in METHODS.items())
+    for part in filter(None, (args.models or "").split(",")):
+        name, _, path = part.partition("=")
+        paths[name.strip()] = path.strip()
+    wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
+    text, data, rows, runs = MiniLM(), None, [], {}
+    for name in wanted:
+        folder = Path(paths[name])
+        if not BuiltinLatentReasoner.is_saved_in(folder):
+            logger.warning("%s: no latent reasoner in %s, skipped", name, folder)
+            continue
+        model = BuiltinLatentReasoner.from_pretrained(folder)
+        if data is None:
+            data = SpatialSet("test", args.n, model, text, cache=Path(args.cache) / "test")
+        k = METHODS.get(name, (None, None))[1]
+        k = model.config.num_slots if k is None else k
+        logger.info("%s: %s, K = %d", name, folder, k)
+        rows += [{"method": name, **r} for r in item_rows(model, data, k)]
+        facts = folder / "eval.json"
+        if facts.is_file():
+            runs[name] = json.loads(facts.read_text())
+    return rows, runs
+
+
+def summarise(rows: list[dict], runs: dict) -> dict:
+    from scorers.videoqa import accuracy
+
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["method"], []).append(r)
+    out = {}
+    for m, rs in by.items():
+        d = {"accuracy": accuracy([r["correct"] for r in rs]).to_dict()}
+        for key in ("level", "size"):
+            for v in sorted({r[key] for r in rs}, key=str):
+                d[f"{key}_{v}"] = accuracy([r["correct"] for r in rs if r[key] == v]).to_dict()
+        pts = [r["pointing"] for r in rs if r["pointing"] is not None]
+        d["pointing"] = float(np.mean(pts)) if pts else None
+        hist = runs.get(m, {}).get("val_history", [])
+        if m in RL and hist:
+            last = [h for h in hist if "val_r_geo" in h]
+            d["rl"] = {"steps": runs[m].get("steps"), "val_r_geo_last": last[-1]["val_r_geo"] if last else None,
+                       "val_r_geo_max": max((h["val_r_geo"] for h in last), default=None),
+                       "clipfrac_text_mean": _mean(h.get("clipfrac_text") for h in hist),
+                       "clipfrac_latent_mean": _mean(h.get("clipfrac_latent") for h in hist),
+                       "train_minutes": runs[m].get("train_minutes")}
+        out[m] = d
+    paired = {}
+    for a, b in PAIRS:
+        if a in by and b in by:
+            xa = {r["item"]: float(r["correct"]) for r in by[a]}
+            xb = {r["item"]: float(r["correct"]) for r in by[b]}
+            common = sorted(set(xa) & set(xb))
+            paired[f"{a}-{b}"] = paired_bootstrap([xa[i] for i in common], [xb[i] for i in common])
+    out["paired"] = paired
+    out["curves"] = {m: [{k: h.get(k) for k in ("step", "val_accuracy", "val_r_geo", "accuracy")} for h in runs[m].get("val_history", [])]
+                     for m in RL if m in runs}
+    return out
+
+
+def _mean(values) -> float | None:
+    v = [x for x in values if x is not None]
+    return round(float(np.mean(v)), 4) if v else None
+
+
+def markdown(summary: dict, meta: dict) -> str:
+    methods = [m for m in summary if m not in ("paired", "curves")]
+    lines = [f"# Latent reasoning benchmark ({meta['n']} TEST `spatial` questions)", "", f"`{meta['command']}`", ""]
+    cols = ["level_1", "level_2", "level_3", "size_small", "size_medium", "size_large"]
+    lines += markdown_table(["method", "accuracy [95% CI]", "level 1", "level 2", "level 3", "small", "medium", "large", "pointing"],
+                            [[m, accuracy_cell(s["accuracy"]), *[f"{100 * s[c]['value']:.1f}" if c in s else "-" for c in cols],
+                              f"{100 * s['pointing']:.1f}%" if s.get("pointing") is not None else "-"]
+                             for m, s in ((m, summary[m]) for m in methods)])
+    rl = [(m, summary[m]["rl"]) for m in methods if "rl" in summary[m]]
+    if rl:
+        lines += ["", *markdown_table(["RL run", "steps", "R_geo (val, last)", "R_geo (val, max)", "clip frac text", "clip frac latent", "minutes"],
+                                      [[m, r["steps"], r["val_r_geo_last"], r["val_r_geo_max"], r["clipfrac_text_mean"],
+                                        r["clipfrac_latent_mean"], r["train_minutes"]] for m, r in rl])]
+    lines.append("")
+    for k, d in summary["paired"].items():
+        lines.append(f"- {k}: {paired_cell(d)} points ({d['n']} questions)")
+    return "\n".join(lines) + "\n"
+
+
+def curve_plot(summary: dict, path: Path) -> Path:
+    """Validation accuracy (left axis) and R_geo (right axis) against RL steps, one colour per RL run, drawn with PIL."""
+    from PIL import Image, ImageDraw
+
+    W, H, left, right, top, bottom = 960, 540, 70, 230, 40, 60
+    img = Image.new("RGB", (W, H), "white")
+    d = ImageDraw.Draw(img)
+    curves = {m: [h for h in c if h.get("val_accuracy") is not None or h.get("step") == 0] for m, c in summary.get("curves", {}).items()}
+    steps = [h["step"] for c in curves.values() for h in c]
+    if not steps:
+        return _save_png(img, path)
+    x1 = max(steps) or 1
+    geo_max = max([h["val_r_geo"] or 0 for c in curves.values() for h in c] + [1e-6])
+    colours = {"gepo": (40, 80, 220), "gaussian": (230, 120, 20), "replay": (30, 150, 70)}
+
+    def px(x, y):
+        return left + x / x1 * (W - left - right), top + (1 - y) * (H - top - bottom)
+
+    d.rectangle([left, top, W - right, H - bottom], outline="black")
+    accs = [h.get("val_accuracy", h.get("accuracy")) for c in curves.values() for h in c]
+    lo = max(0.0, min(a for a in accs if a is not None) - 0.05)
+    hi = min(1.0, max(a for a in accs if a is not None) + 0.05)
+    for i in range(6):
+        y = i / 5
+        _, yy = px(0, y)
+        d.line([left, yy, W - right, yy], fill=(232, 232, 232))
+        d.text((left - 44, yy - 6), f"{100 * (lo + y * (hi - lo)):.0f}%", fill="black")
+        d.text((W - right + 6, yy - 6), f"{y * geo_max:.3g}", fill=(120, 120, 120))
+    for k, (m, c) in enumerate(curves.items()):
+        col = colours.get(m, (120, 120, 120))
+        acc = [(h["step"], h.get("val_accuracy", h.get("accuracy"))) for h in c if h.get("val_accuracy", h.get("accuracy")) is not None]
+        pts = [px(s, (a - lo) / (hi - lo)) for s, a in acc]
+        if len(pts) > 1:
+            d.line(pts, fill=col, width=3)
+        geo = [px(h["step"], (h["val_r_geo"] or 0) / geo_max) for h in c if h.get("val_r_geo") is not None]
+        for a, b in zip(geo, geo[1:]):  # dashed: R_geo on the right axis
+            d.line([a, ((a[0] + b[0]) / 2, (a[1] + b[1]) / 2)], fill=col, width=2)
+        d.text((W - right + 60, top + 20 + 36 * k), f"{m}: accuracy (solid)", fill=col)
+        d.text((W - right + 60, top + 36 + 36 * k), f"{m}: R_geo (dashed)", fill=col)
+    d.text(((W - right + left) // 2 - 40, H - 25), "RL steps", fill="black")
+    d.text((8, top - 28), f"validation accuracy (left) and R_geo (right axis, 0 - {geo_max:.3g}) over RL steps", fill="black")
+    return _save_png(img, path)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.latent_reasoning", description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1200, help="held-out TEST questions (levels 1-3 in turn)")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--models", help="overrides, e.g. full=outputs/train/gelvr_sft,gepo=outputs/train/gelvr_rl")
+    ap.add_argument("--cache", default="outputs/gelvr")
+    ap.add_argument("--out", type=Path, default=Path("outputs/bench/latent_reasoning"))
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    rows, runs = run(args)
+    summary = summarise(rows, runs)
+    meta = {"n": len({r["item"] for r in rows}), "command": command_line("benchmarks.latent_reasoning", argv)}
+    write_results(args.out, meta, summary, rows, markdown(summary, meta))
+    curve_plot(summary, args.out / "curve.png")
+    print(markdown(summary, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
