@@ -47,7 +47,7 @@ def run(args) -> tuple[list[dict], dict]:
     from planners.builtin.text import MiniLM
     from planners.latent_builtin import BuiltinLatentReasoner
     from training.gelvr_data import SpatialSet
-    from training.gelvr_sft import item_rows
+    from training.gelvr_sft import item_rows, slot_diagnostics
 
     paths = dict((k, v[0]) for k, v in METHODS.items())
     for part in filter(None, (args.models or "").split(",")):
@@ -68,8 +68,9 @@ def run(args) -> tuple[list[dict], dict]:
         logger.info("%s: %s, K = %d", name, folder, k)
         rows += [{"method": name, **r} for r in item_rows(model, data, k)]
         facts = folder / "eval.json"
-        if facts.is_file():
-            runs[name] = json.loads(facts.read_text())
+        runs[name] = json.loads(facts.read_text()) if facts.is_file() else {}
+        if k:
+            runs[name]["slot_diagnostics"] = slot_diagnostics(model, data, k, n=args.diagnose)
     return rows, runs
 
 
@@ -87,6 +88,8 @@ def summarise(rows: list[dict], runs: dict) -> dict:
                 d[f"{key}_{v}"] = accuracy([r["correct"] for r in rs if r[key] == v]).to_dict()
         pts = [r["pointing"] for r in rs if r["pointing"] is not None]
         d["pointing"] = float(np.mean(pts)) if pts else None
+        if runs.get(m, {}).get("slot_diagnostics"):
+            d["slot_diagnostics"] = runs[m]["slot_diagnostics"]
         hist = runs.get(m, {}).get("val_history", [])
         if m in RL and hist:
             last = [h for h in hist if "val_r_geo" in h]
@@ -127,6 +130,15 @@ def markdown(summary: dict, meta: dict) -> str:
         lines += ["", *markdown_table(["RL run", "steps", "R_geo (val, last)", "R_geo (val, max)", "clip frac text", "clip frac latent", "minutes"],
                                       [[m, r["steps"], r["val_r_geo_last"], r["val_r_geo_max"], r["clipfrac_text_mean"],
                                         r["clipfrac_latent_mean"], r["train_minutes"]] for m, r in rl])]
+    diag = [(m, summary[m]["slot_diagnostics"]) for m in methods if "slot_diagnostics" in summary[m]]
+    if diag:
+        lines += ["", "Per slot (chain targets: anchor, region, target, its centre), on the first "
+                      f"{diag[0][1]['n']} questions: cosine of the greedy state before the slot with its target, the same "
+                      "with the targets fed (teacher-forced), the image's mean token's, and how often the slot's map peaks on "
+                      "a target cell.", "",
+                  *markdown_table(["method", "cos greedy", "cos teacher-forced", "cos mean token", "peak on target"],
+                                  [[m, *(" / ".join(f"{x:.2f}" for x in d[k]) for k in ("cos_free", "cos_teacher", "cos_mean_token",
+                                                                                       "peak_on_target"))] for m, d in diag])]
     lines.append("")
     for k, d in summary["paired"].items():
         lines.append(f"- {k}: {paired_cell(d)} points ({d['n']} questions)")
@@ -183,6 +195,7 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--models", help="overrides, e.g. full=outputs/train/gelvr_sft,gepo=outputs/train/gelvr_rl")
     ap.add_argument("--cache", default="outputs/gelvr")
+    ap.add_argument("--diagnose", type=int, default=200, help="questions for the per-slot diagnostics")
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/latent_reasoning"))
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)

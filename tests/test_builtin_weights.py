@@ -91,3 +91,21 @@ def test_vlm_perception_benchmark_runs_on_the_shipped_weights(tmp_path):
     seen = lambda r: sum(r["recall_by_object_size"].get(k, 0) * r["objects_by_size"][k] for k in r["objects_by_size"])  # noqa: E731
     assert seen(tiny) < seen(big)
     assert set(big["calibration"]) >= {"calib_gap_overall", "calib_n_counting"}
+
+
+@pytest.mark.parametrize("model", ["latent_reasoner_sft", "latent_reasoner"])
+def test_latent_reasoner_weights_have_a_card_and_reproduce_a_val_slice(model, tmp_path):
+    from planners.builtin.text import MiniLM
+    from planners.latent_builtin import BuiltinLatentReasoner
+    from training.gelvr_data import SpatialSet
+    from training.gelvr_sft import evaluate
+
+    d = _need(model)
+    card = (d / "card.md").read_text()
+    assert "Reproduce" in card and (d / "model.safetensors").stat().st_size <= 40 * 2**20
+    history = json.loads((d / "eval.json").read_text())["val_history"]
+    last = history[-1]
+    reported = last.get("val_accuracy", last.get("accuracy"))
+    m = BuiltinLatentReasoner.from_pretrained(d)
+    got = evaluate(m, SpatialSet("val", 40, m, MiniLM()), m.config.num_slots)
+    assert abs(got["accuracy"] - reported) <= 0.2, (got, reported)  # 40 of the 300 items the card reports

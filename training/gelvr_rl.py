@@ -220,12 +220,13 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int)
     ap.add_argument("--lr", type=float)
     ap.add_argument("--kappa", type=float)
+    ap.add_argument("--eval-every", type=int)
     ap.add_argument("--cache", default="outputs/gelvr")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     recipe = RLRecipe(latent_policy=args.latent_policy)
-    for name in ("steps", "lr", "kappa"):
+    for name in ("steps", "lr", "kappa", "eval_every"):
         if getattr(args, name) is not None:
             setattr(recipe, name, getattr(args, name))
     facts = train_rl(args.out, args.init, recipe, args.cache, resume=not args.no_resume)

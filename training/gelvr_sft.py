@@ -165,6 +165,37 @@ def item_rows(model, data, num_slots: int, batch: int = 50, limit: int | None = 
     return rows
 
 
+@torch.no_grad()
+def slot_diagnostics(model, data, num_slots: int, targets: str = "chain", n: int = 200, batch: int = 50) -> dict:
+    """Per slot, how close the greedy (free-running) state before it is to its target, against the same with the
+    targets fed (teacher-forced) and against a state that is just the image's mean token; and how often its map's
+    peak lands on one of its target's cells. Says which step of the search a model has learned."""
+    from planners.latent import replay, rollout, slot_attention, teacher_forced_inputs
+    from training.gelvr_data import slot_targets, target_groups
+
+    was_training = model.training
+    model.eval()
+    sums = {"cos_free": 0, "cos_teacher": 0, "cos_mean_token": 0, "peak_on_target": 0}
+    count = 0
+    for s in range(0, min(n, len(data)), batch):
+        idx = np.arange(s, min(n, len(data), s + batch))
+        pre, items = batch_inputs(model, data, idx)
+        v = slot_targets(pre["image"], items, num_slots, model.config.grid, targets)
+        r = rollout(model, pre, num_slots, slot_norm=model.config.slot_norm)
+        tf = replay(model, pre, teacher_forced_inputs(model, pre, v))
+        mean = pre["image"].mean(1, keepdim=True).expand_as(v)
+        sums["cos_free"] = sums["cos_free"] + F.cosine_similarity(r.hidden_before, v, dim=-1).sum(0)
+        sums["cos_teacher"] = sums["cos_teacher"] + F.cosine_similarity(tf["hidden_before"], v, dim=-1).sum(0)
+        sums["cos_mean_token"] = sums["cos_mean_token"] + F.cosine_similarity(mean, v, dim=-1).sum(0)
+        peaks = slot_attention(r.slot_inputs, pre["image"]).argmax(-1)  # (B, K)
+        hits = torch.tensor([[int(peaks[b, k]) in set(g.tolist()) for k, g in enumerate(target_groups(it, num_slots, model.config.grid, targets))]
+                             for b, it in enumerate(items)], dtype=torch.float32)
+        sums["peak_on_target"] = sums["peak_on_target"] + hits.sum(0)
+        count += len(idx)
+    model.train(was_training)
+    return {k: [round(float(x) / count, 4) for x in v] for k, v in sums.items()} | {"n": count}
+
+
 def summarise_rows(rows: list[dict]) -> dict:
     """Accuracy overall, by level and by the asked object's size, and the pointing rate."""
     hits = np.array([r["correct"] for r in rows], dtype=float)

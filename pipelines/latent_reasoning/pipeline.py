@@ -7,7 +7,7 @@ posterior over the options. For each slot, where it looks: the slot-to-image map
 the region the slots found is the box around the cells holding most of their mean map, shown enlarged:
 
     pipe = LatentReasoningPipeline.build(components={"reasoner": "builtin"})
-    out = pipe("scene.png", "What colour is the small star right of the large triangle?", ["red", "blue", "green", "grey"])
+    out = pipe("scene.png", "What colour is the small star right of the large triangle?", ["red", "blue", "green", "white"])
     out.answer, out.posterior, out.slots, out.attention, out.region, out.picture()
 
 Slot: ``reasoner`` (``planners.latent``: the builtin reasoner trained on worldgen ``spatial``, or a transformers
