@@ -10,9 +10,9 @@ from pipelines.registry import Input, PipelineApp
 
 EXAMPLES = """\
 examples:
-  atelier reason scene.png -q "What colour is the small star right of the large triangle?" --options red blue green grey -o out/
-  atelier reason scene.png -q "..." --options red blue green grey --num-slots 8 --json -o out/
-  atelier reason scene.png -q "..." --options red blue green grey --num-slots 0 -o direct/   # no slots: answer directly
+  atelier reason scene.png -q "What colour is the small star right of the large triangle?" --options red blue green white -o out/
+  atelier reason scene.png -q "..." --options red blue green white --num-slots 8 --json -o out/
+  atelier reason scene.png -q "..." --options red blue green white --num-slots 0 -o direct/   # no slots: answer directly
   atelier reason photo.jpg -q "What colour is the car left of the tree?" --options A B C D --reasoner /models/Qwen2.5-VL-7B-Instruct -o real/
 
 Put IMAGE before --options (which takes every word after it). The answer is the option with the highest
