@@ -212,6 +212,24 @@ def open_video(source: str | Path | np.ndarray | Video, **kwargs) -> Video:
 # --------------------------------------------------------------------------- readers
 
 
+def read_still(image, max_pixels: int | None = None) -> np.ndarray:
+    """One RGB uint8 ``(H, W, 3)`` picture from an array (checked, returned as is) or a path: an image, or a
+    video's middle frame. ``max_pixels`` refuses a larger picture before it is decoded; the decode itself is
+    bounded by the memory budget."""
+    if isinstance(image, np.ndarray):
+        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[-1] != 3:
+            raise InputError("image", getattr(image, "shape", image), "pass an RGB uint8 (H, W, 3) image or an image / video path")
+        return image
+    if not isinstance(image, (str, Path)):
+        raise InputError("image", type(image).__name__, "pass an image path, a video path (its middle frame is used) or an RGB array")
+    with Video(image) as v:
+        size = f"{v.info.width}x{v.info.height}"
+        if max_pixels is not None and v.info.width * v.info.height > max_pixels:
+            raise InputError("image", size, f"pictures up to {max_pixels / 1e6:.0f} megapixels are read; shrink it first")
+        check_allocation("image", size, v.info.height * v.info.width * 3 * 4, "pass a smaller image")
+        return np.asarray(v.get_frames([len(v) // 2]))[0]
+
+
 def _target_size(h: int, w: int, height: int | None, width: int | None) -> tuple[int, int]:
     if height is None and width is None:
         return h, w

@@ -23,14 +23,11 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from core.errors import InputError
-from core.memory import check_allocation
 from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, generator_and_seed, output_field, setting
 
 NUM_BOXES = 2  # worldgen's templates and the classic top / bottom layout
@@ -111,22 +108,6 @@ class HumorOutput(PipelineOutput):
         s = self.summary()
         best = " / ".join(s["memes"][0]["boxes"]) if s["memes"] else "-"
         return f"{s['message']}; best: {best!r} (seed {s['seed']}, {s['seconds']['total']:.1f} s)"
-
-
-def read_image(image: Any) -> np.ndarray:
-    """An RGB uint8 image from an array or a path; a video path gives its middle frame (a clip's still)."""
-    from core.video import Video
-
-    if isinstance(image, np.ndarray):
-        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[-1] != 3:
-            raise InputError("image", getattr(image, "shape", image), "pass an RGB uint8 (H, W, 3) image or an image / video path")
-        return image
-    if not isinstance(image, (str, Path)):
-        raise InputError("image", type(image).__name__, "pass an image path, a video path (its middle frame is used) or an RGB array")
-    with Video(image) as v:
-        check_allocation("image", f"{v.info.width}x{v.info.height}", v.info.height * v.info.width * 3 * 4,
-                         "pass a smaller image")
-        return np.asarray(v.get_frames([len(v) // 2]))[0]
 
 
 def display_image(image: np.ndarray, meme_size: int) -> np.ndarray:
@@ -230,6 +211,7 @@ class HumorPipeline(Pipeline):
         the angle). ``generator``: a seed or ``torch.Generator``, the only randomness (a fresh seed is drawn and
         reported when None). ``callback_on_step_end(pipe, step, info)`` runs after each writing round
         (``info["stage"] == "write"``) and after ranking (``"rank"``)."""
+        from core.video import read_still
         from planners.meme_lm import check_topic
         from renderers.meme import render_meme
 
@@ -237,7 +219,7 @@ class HumorPipeline(Pipeline):
         t0 = time.perf_counter()
         gen, seed = generator_and_seed(generator)
         topic = check_topic(topic)
-        image = read_image(image)
+        image = read_still(image)
         t_in = time.perf_counter()
         items, rejected = self._write(image, topic, gen, callback_on_step_end)
         t_write = time.perf_counter()

@@ -19,13 +19,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from core.errors import InputError
-from core.memory import check_allocation
 from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, output_field, setting
 
 MAX_SLOTS = 32
@@ -101,24 +98,6 @@ class LatentReasoningOutput(PipelineOutput):
         return f"{self.answer} (p = {self.posterior[self.answer]:.2f}) after {self.num_slots} latent slots"
 
 
-def read_image(image: Any) -> np.ndarray:
-    """An RGB uint8 image from an array or an image path (a video path gives its first frame)."""
-    from core.video import Video
-
-    if isinstance(image, np.ndarray):
-        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[-1] != 3:
-            raise InputError("image", getattr(image, "shape", image), "pass an RGB uint8 (H, W, 3) image or an image path")
-        return image
-    if not isinstance(image, (str, Path)):
-        raise InputError("image", type(image).__name__, "pass an image path or an RGB array")
-    with Video(image) as v:
-        size = f"{v.info.width}x{v.info.height}"
-        if v.info.width * v.info.height > MAX_PIXELS:
-            raise InputError("image", size, f"images up to {MAX_PIXELS // 2**20} megapixels are read; shrink it first")
-        check_allocation("image", size, v.info.height * v.info.width * 3, "pass a smaller image")
-        return np.asarray(v.get_frames([0]))[0]
-
-
 def cell_box(row: int, col: int, grid: tuple[int, int], shape: tuple[int, ...]) -> list[float]:
     gh, gw = grid
     h, w = shape[:2]
@@ -151,12 +130,13 @@ class LatentReasoningPipeline(Pipeline):
                  callback_on_step_end: Callable | None = None, output_type: str = "np") -> LatentReasoningOutput:
         """Answer ``question`` about ``image`` (a path or RGB uint8 ``(H, W, 3)``) by choosing one of ``options``.
         ``generator`` is accepted for the shared signature; the call draws no randomness."""
+        from core.video import read_still
         from planners.latent import check_question
 
         self._begin_call()
         t0 = time.perf_counter()
         question, options = check_question(question, options)
-        image = read_image(image)
+        image = read_still(image, MAX_PIXELS)
         c = self.config
         t1 = time.perf_counter()
         ans = self.reasoner.answer(image, question, options, num_slots=c.num_slots, tau=c.tau)
