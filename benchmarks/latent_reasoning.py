@@ -71,7 +71,20 @@ def run(args) -> tuple[list[dict], dict]:
         runs[name] = json.loads(facts.read_text()) if facts.is_file() else {}
         if k:
             runs[name]["slot_diagnostics"] = slot_diagnostics(model, data, k, n=args.diagnose)
+    if data is not None:
+        runs["_reference"] = {"present_colours": present_colour_chance(data.records)}
     return rows, runs
+
+
+def present_colour_chance(records: list[dict]) -> float:
+    """The accuracy of guessing uniformly among the options whose colour some object in the image has: what a model
+    that sees which colours are present, but not where the asked object is, scores."""
+    scores = []
+    for r in records:
+        present = {o["color"] for o in r["objects"]}
+        cand = [o for o in r["options"] if o in present]
+        scores.append(1 / len(cand) if r["answer"] in cand else 0.0)
+    return float(np.mean(scores)) if scores else float("nan")
 
 
 def summarise(rows: list[dict], runs: dict) -> dict:
@@ -107,7 +120,10 @@ def summarise(rows: list[dict], runs: dict) -> dict:
             common = sorted(set(xa) & set(xb))
             paired[f"{a}-{b}"] = paired_bootstrap([xa[i] for i in common], [xb[i] for i in common])
     out["paired"] = paired
-    out["curves"] = {m: [{k: h.get(k) for k in ("step", "val_accuracy", "val_r_geo", "accuracy")} for h in runs[m].get("val_history", [])]
+    out["reference"] = runs.get("_reference", {})
+    # step 0 is the SFT model's own evaluation (its R_geo against itself is 0); later entries carry val_ fields
+    out["curves"] = {m: [{"step": h["step"], "val_accuracy": h.get("val_accuracy", h.get("accuracy") if h["step"] == 0 else None),
+                          "val_r_geo": h.get("val_r_geo", 0.0 if h["step"] == 0 else None)} for h in runs[m].get("val_history", [])]
                      for m in RL if m in runs}
     return out
 
@@ -118,7 +134,7 @@ def _mean(values) -> float | None:
 
 
 def markdown(summary: dict, meta: dict) -> str:
-    methods = [m for m in summary if m not in ("paired", "curves")]
+    methods = [m for m in summary if m not in ("paired", "curves", "reference")]
     lines = [f"# Latent reasoning benchmark ({meta['n']} TEST `spatial` questions)", "", f"`{meta['command']}`", ""]
     cols = ["level_1", "level_2", "level_3", "size_small", "size_medium", "size_large"]
     lines += markdown_table(["method", "accuracy [95% CI]", "level 1", "level 2", "level 3", "small", "medium", "large", "pointing"],
@@ -139,6 +155,9 @@ def markdown(summary: dict, meta: dict) -> str:
                   *markdown_table(["method", "cos greedy", "cos teacher-forced", "cos mean token", "peak on target"],
                                   [[m, *(" / ".join(f"{x:.2f}" for x in d[k]) for k in ("cos_free", "cos_teacher", "cos_mean_token",
                                                                                        "peak_on_target"))] for m, d in diag])]
+    if "present_colours" in summary.get("reference", {}):
+        lines += ["", f"Chance: 25.0% (four options); guessing among the options whose colour is in the image: "
+                      f"{100 * summary['reference']['present_colours']:.1f}%."]
     lines.append("")
     for k, d in summary["paired"].items():
         lines.append(f"- {k}: {paired_cell(d)} points ({d['n']} questions)")
@@ -152,7 +171,7 @@ def curve_plot(summary: dict, path: Path) -> Path:
     W, H, left, right, top, bottom = 960, 540, 70, 230, 40, 60
     img = Image.new("RGB", (W, H), "white")
     d = ImageDraw.Draw(img)
-    curves = {m: [h for h in c if h.get("val_accuracy") is not None or h.get("step") == 0] for m, c in summary.get("curves", {}).items()}
+    curves = {m: [h for h in c if h.get("val_accuracy") is not None] for m, c in summary.get("curves", {}).items()}
     steps = [h["step"] for c in curves.values() for h in c]
     if not steps:
         return _save_png(img, path)
@@ -164,7 +183,7 @@ def curve_plot(summary: dict, path: Path) -> Path:
         return left + x / x1 * (W - left - right), top + (1 - y) * (H - top - bottom)
 
     d.rectangle([left, top, W - right, H - bottom], outline="black")
-    accs = [h.get("val_accuracy", h.get("accuracy")) for c in curves.values() for h in c]
+    accs = [h["val_accuracy"] for c in curves.values() for h in c]
     lo = max(0.0, min(a for a in accs if a is not None) - 0.05)
     hi = min(1.0, max(a for a in accs if a is not None) + 0.05)
     for i in range(6):
@@ -175,7 +194,7 @@ def curve_plot(summary: dict, path: Path) -> Path:
         d.text((W - right + 6, yy - 6), f"{y * geo_max:.3g}", fill=(120, 120, 120))
     for k, (m, c) in enumerate(curves.items()):
         col = colours.get(m, (120, 120, 120))
-        acc = [(h["step"], h.get("val_accuracy", h.get("accuracy"))) for h in c if h.get("val_accuracy", h.get("accuracy")) is not None]
+        acc = [(h["step"], h["val_accuracy"]) for h in c]
         pts = [px(s, (a - lo) / (hi - lo)) for s, a in acc]
         if len(pts) > 1:
             d.line(pts, fill=col, width=3)
@@ -184,6 +203,9 @@ def curve_plot(summary: dict, path: Path) -> Path:
             d.line([a, ((a[0] + b[0]) / 2, (a[1] + b[1]) / 2)], fill=col, width=2)
         d.text((W - right + 60, top + 20 + 36 * k), f"{m}: accuracy (solid)", fill=col)
         d.text((W - right + 60, top + 36 + 36 * k), f"{m}: R_geo (dashed)", fill=col)
+    for x in sorted(set(steps)):
+        xx, _ = px(x, 0)
+        d.text((xx - 6, H - bottom + 8), str(x), fill="black")
     d.text(((W - right + left) // 2 - 40, H - 25), "RL steps", fill="black")
     d.text((8, top - 28), f"validation accuracy (left) and R_geo (right axis, 0 - {geo_max:.3g}) over RL steps", fill="black")
     return _save_png(img, path)
