@@ -216,3 +216,18 @@ def test_chain_targets_follow_the_search(spatial_items):
         assert [len(g) for g in target_groups(it, 2, 16, "chain")] == [len(anchor), 1]
         assert len(target_groups(it, 5, 16, "chunks")) == 5 and len(target_groups(it, 3, 16, "roi")) == 3
     assert inside >= len(spatial_items) - 2
+
+
+def test_a_resumed_run_keeps_its_saved_recipe(tmp_path):
+    import json
+    from dataclasses import asdict
+
+    from training.gelvr_sft import SFTRecipe, resumed_recipe
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "train_config.json").write_text(json.dumps({"recipe": asdict(SFTRecipe(variant="pointwise", lr=5e-4))}))
+    assert resumed_recipe(tmp_path, SFTRecipe(steps=50), True) == SFTRecipe(steps=50)  # no checkpoint yet: the caller's
+    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"")
+    got = resumed_recipe(tmp_path, SFTRecipe(steps=50), True)
+    assert got == SFTRecipe(variant="pointwise", lr=5e-4, steps=50)
+    assert resumed_recipe(tmp_path, SFTRecipe(steps=50), False) == SFTRecipe(steps=50)

@@ -18,7 +18,7 @@ import copy
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -142,6 +142,7 @@ def train_rl(out: str | Path, init: str | Path, recipe: RLRecipe = RLRecipe(), c
 
     out = Path(out)
     (out / "run").mkdir(parents=True, exist_ok=True)
+    recipe = resumed_recipe(out, recipe, resume)
     write_json_atomic(out / "train_config.json", {"model": KIND, "stage": "rl", "init": str(init), "recipe": asdict(recipe)})
     t0 = time.perf_counter()
     torch.manual_seed(recipe.seed)
@@ -210,6 +211,18 @@ def train_rl(out: str | Path, init: str | Path, recipe: RLRecipe = RLRecipe(), c
     model.save_pretrained(out, {"steps": step, "latent_policy": recipe.latent_policy})
     write_json_atomic(out / "eval.json", facts)
     return facts
+
+
+def resumed_recipe(out: Path, recipe: RLRecipe, resume: bool) -> RLRecipe:
+    """The recipe a run continues with: when it resumes a checkpoint, the one saved in ``out`` (only ``steps``
+    taken from the caller), so a resumed run never mixes two recipes."""
+    saved = out / "train_config.json"
+    if not (resume and (out / "run" / "checkpoint.pt").exists() and saved.is_file()):
+        return recipe
+    old = RLRecipe(**json.loads(saved.read_text())["recipe"])
+    if replace(old, steps=recipe.steps) != recipe:
+        logger.warning("resuming %s with its saved recipe; the other settings given are ignored", out)
+    return replace(old, steps=recipe.steps)
 
 
 def main(argv=None) -> int:

@@ -18,7 +18,7 @@ import argparse
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -237,6 +237,7 @@ def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), cache: str | Pat
 
     out = Path(out)
     (out / "run").mkdir(parents=True, exist_ok=True)
+    recipe = resumed_recipe(out, recipe, resume)
     write_json_atomic(out / "train_config.json", {"model": KIND, "stage": "sft", "recipe": asdict(recipe)})
     t0 = time.perf_counter()
     torch.manual_seed(recipe.seed)
@@ -282,6 +283,18 @@ def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), cache: str | Pat
     model.save_pretrained(out, {"steps": step, "variant": recipe.variant})
     write_json_atomic(out / "eval.json", facts)
     return facts
+
+
+def resumed_recipe(out: Path, recipe: SFTRecipe, resume: bool) -> SFTRecipe:
+    """The recipe a run continues with: when it resumes a checkpoint, the one saved in ``out`` (only ``steps``
+    taken from the caller), so a resumed run never mixes two recipes."""
+    saved = out / "train_config.json"
+    if not (resume and (out / "run" / "checkpoint.pt").exists() and saved.is_file()):
+        return recipe
+    old = SFTRecipe(**json.loads(saved.read_text())["recipe"])
+    if replace(old, steps=recipe.steps) != recipe:
+        logger.warning("resuming %s with its saved recipe; the other settings given are ignored", out)
+    return replace(old, steps=recipe.steps)
 
 
 def main(argv=None) -> int:
