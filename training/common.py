@@ -47,8 +47,8 @@ TRAINING_TIME = {
                  "13.5 min)"),
     "humor-rl": ("measured 6-16 s/step on one core with a second RL run beside it (G = 8 completions of ~230 tokens",
                  "generated, then scored, per step)"),
-    "gelvr-sft": ("about 7 min of frozen image features for 6,000 TRAIN items on first use (cached in outputs/gelvr), then",
-                  "5.2 s/step on one core with a second run beside it (measured: 300 steps in 26 min; direct: 2.6 s/step)"),
+    "gelvr-sft": ("frozen image features for 6,000 TRAIN items on first use, cached in outputs/gelvr (measured: 26 min on one core beside other jobs),",
+                  "then 5.2 s/step on one core with a second run beside it (measured: 300 steps in 26 min; direct: 2.6 s/step)"),
     "gelvr-rl": ("measured 21 s/step on one core beside another run (16 prompts x G = 8 rollouts, 2 PPO epochs):",
                  "30 steps in 11 min"),
 }
