@@ -3,7 +3,7 @@ the question and the options, with latent slots (``planners.latent``) between th
 
 Image tokens [PROPOSED]: the builtin ViT was trained on 64x64 frames, where objects are 4-10 px across; on a
 512x512 ``spatial`` image they are 9-38 px. One scale cannot read both (measured with the ViT's patch attribute
-head on VAL stills: at 128x128 small level-3 objects' shapes are read 33% of the time, large ones' 81-92%; at
+head on 18 VAL stills: at 128x128 small level-3 objects' shapes are read 33% of the time, large ones' 81-92%; at
 256x256 small 85-89%, large 8-60%), so the image is read at two scales, each cut into 64x64 tiles: per cell of a
 16x16 grid (32x32 px of a 512 image) the token concatenates the 128-scale patch token and attribute
 probabilities with the 256-scale 2x2 patches' mean token and their four attribute vectors (479 numbers), then a

@@ -222,7 +222,8 @@ def test_a_resumed_run_keeps_its_saved_recipe(tmp_path):
     import json
     from dataclasses import asdict
 
-    from training.gelvr_sft import SFTRecipe, resumed_recipe
+    from training.common import resumed_recipe
+    from training.gelvr_sft import SFTRecipe
 
     (tmp_path / "run").mkdir()
     (tmp_path / "train_config.json").write_text(json.dumps({"recipe": asdict(SFTRecipe(variant="pointwise", lr=5e-4))}))

@@ -295,3 +295,17 @@ def parse_script(prog: str, description: str, default_out: str, argv=None) -> ar
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     return args
+
+
+def resumed_recipe(out: Path, recipe: R, resume: bool) -> R:
+    """The recipe (a dataclass with ``steps``) a run continues with: when it resumes a checkpoint in ``out/run/``,
+    the one saved in ``out/train_config.json`` with only ``steps`` taken from the caller, so a resumed run never
+    mixes two recipes."""
+    saved = Path(out) / TRAIN_CONFIG
+    if not (resume and (Path(out) / "run" / "checkpoint.pt").exists() and saved.is_file()):
+        return recipe
+    old = type(recipe)(**json.loads(saved.read_text())["recipe"])
+    if replace(old, steps=recipe.steps) != recipe:
+        logger.warning("resuming %s with its saved recipe; the other settings given are ignored", out)
+    return replace(old, steps=recipe.steps)
+

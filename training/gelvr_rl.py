@@ -18,7 +18,7 @@ import copy
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from core.atomic import atomic_path, write_json_atomic
+from training.common import resumed_recipe
 
 logger = logging.getLogger(__name__)
 KIND = "builtin-latent-reasoner"  # the tag of config.json and train_config.json (training.common.KINDS)
@@ -211,18 +212,6 @@ def train_rl(out: str | Path, init: str | Path, recipe: RLRecipe = RLRecipe(), c
     model.save_pretrained(out, {"steps": step, "latent_policy": recipe.latent_policy})
     write_json_atomic(out / "eval.json", facts)
     return facts
-
-
-def resumed_recipe(out: Path, recipe: RLRecipe, resume: bool) -> RLRecipe:
-    """The recipe a run continues with: when it resumes a checkpoint, the one saved in ``out`` (only ``steps``
-    taken from the caller), so a resumed run never mixes two recipes."""
-    saved = out / "train_config.json"
-    if not (resume and (out / "run" / "checkpoint.pt").exists() and saved.is_file()):
-        return recipe
-    old = RLRecipe(**json.loads(saved.read_text())["recipe"])
-    if replace(old, steps=recipe.steps) != recipe:
-        logger.warning("resuming %s with its saved recipe; the other settings given are ignored", out)
-    return replace(old, steps=recipe.steps)
 
 
 def main(argv=None) -> int:

@@ -24,8 +24,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, output_field, setting
+from planners.latent import MAX_SLOTS
 
-MAX_SLOTS = 32
 MAX_PIXELS = 4096 * 4096
 
 
