@@ -18,7 +18,9 @@ proposer:
 
 Per clip: J&F of the target (DAVIS definitions, ``scorers.vos``, every frame; empty-vs-empty scores
 1), identity switches (runs of frames where the prediction overlaps another object more than the
-target), recovery (the share of switch runs after which the prediction returns to the target),
+target; and, by the CLEAR-MOT rule, where it matches another object at IoU > 0.5 after matching the
+target), the share of them the monitor flags, beside the share flags at random frames at the same
+alarm rate would catch, recovery (the share of switch runs after which the prediction returns to the target),
 planner calls, slow frames and frames per second. Rows are appended to ``rows.jsonl`` as clips
 finish (``benchmarks.common``), so a run resumes and shards merge.
 """
@@ -39,6 +41,9 @@ from benchmarks.common import RowLog, add_shard_arguments, command_line, group_r
 logger = logging.getLogger("benchmarks.clear")
 METHODS = ("clear", "prompt_then_track", "no_checks", "no_monitor", "oracle", "oracle_watch")
 SEED_BASE = 500
+# how a frame's prediction is assigned an object, for identity switches: the object it covers most,
+# or (CLEAR-MOT) the one it matches at IoU > 0.5; the row fields' suffix
+SWITCH_RULES = {"majority": "", "IoU > 0.5": "_matched"}
 
 
 def clip(i: int, split: str = "test"):
@@ -96,6 +101,22 @@ def owners(pred: np.ndarray, ids: np.ndarray) -> list[int | None]:
     return out
 
 
+def matched(pred: np.ndarray, ids: np.ndarray, min_iou: float = 0.5) -> list[int | None]:
+    """Per frame, the object the prediction matches at IoU > ``min_iou`` (at most one can), else None:
+    the CLEAR-MOT correspondence rule, under which a mask spread over several objects is none of them
+    (so a flip of the majority inside such a mask is no switch; the later match to another object is)."""
+    out = []
+    for p, gt in zip(pred, ids):
+        best = None
+        if p.any():
+            labels, inter = np.unique(gt[p], return_counts=True)
+            for label, n in zip(labels, inter):
+                if label != 0 and n / (p.sum() + (gt == label).sum() - n) > min_iou:
+                    best = int(label)
+        out.append(best)
+    return out
+
+
 def switches(owner: list[int | None], target: int, anchor: int) -> tuple[list[int], float]:
     """Identity switches: frames where the prediction, having followed the target, first covers
     another object, read in tracking order (forward from the anchor, and backward from it: the
@@ -127,6 +148,20 @@ def caught(switch_frames: list[int], events: list[dict], anchor: int, before: in
         return -before <= lag <= after
 
     return sum(any(near(f, s) for f in escalated) for s in switch_frames)
+
+
+def chance_caught(switch_frames: list[int], flag_frames: int, frames: int, anchor: int, before: int = 3, after: int = 5) -> float:
+    """Expected switches ``caught`` would count if the same number of escalated frames fell on
+    frames drawn at random: the rate a monitor with no signal would score at that alarm rate."""
+    total = 0.0
+    for s in switch_frames:
+        lo, hi = (s - before, s + after) if s >= anchor else (s - after, s + before)
+        window = min(hi, frames - 1) - max(lo, 0) + 1
+        miss = 1.0
+        for i in range(flag_frames):
+            miss *= max(0.0, (frames - window - i) / (frames - i))
+        total += 1.0 - miss
+    return total
 
 
 def j_and_f(pred: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
@@ -172,10 +207,13 @@ def run(args) -> list[dict]:
             j, f = j_and_f(pred, truth)
             owner = owners(pred, ids)
             found, recovery = switches(owner, rec["target_id"], out.track_frame)
+            found_matched, _ = switches(matched(pred, ids), rec["target_id"], out.track_frame)
             wrong = next((o for o in owner if o is not None), rec["target_id"]) != rec["target_id"] if not out.no_match else False
             rows.append({"item": i, "seed": rec["seed"], "level": rec["level"], "kind": rec["query_struct"]["kind"],
                          "hard": rec["hard"], "method": method, "J": j, "F": f, "JF": (j + f) / 2, "switches": len(found),
-                         "switch_frames": found, "caught": caught(found, out.events, out.track_frame), "wrong_start": bool(wrong), "recovery": recovery, "planner_calls": out.planner_calls, "slow_frames": sum(m == "slow" for m in out.modes),
+                         "switch_frames": found, "track_frame": out.track_frame, "caught": caught(found, out.events, out.track_frame),
+                         "switch_frames_matched": found_matched, "caught_matched": caught(found_matched, out.events, out.track_frame),
+                         "flag_frames": len({e["frame"] for e in out.events if e["action"] in ("re-anchor", "flag")}), "wrong_start": bool(wrong), "recovery": recovery, "planner_calls": out.planner_calls, "slow_frames": sum(m == "slow" for m in out.modes),
                          "frames": len(frames), "fps": len(frames) / dt, "no_match": out.no_match, "ambiguous": out.ambiguous})
         log.append(rows)
         clear = next(r for r in rows if r["method"] == "clear")
@@ -212,9 +250,16 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
             summary[method]["vs_prompt_then_track"] = paired_bootstrap([a for a, _ in pairs], [b for _, b in pairs])
     for method in ("prompt_then_track", "oracle_watch"):
         rs = by.get(method, [])
-        total = sum(r["switches"] for r in rs)
-        summary[f"caught_{method}"] = {"switches": total, "caught": sum(r["caught"] for r in rs),
-                                       "rate": _proportion(sum(r["caught"] for r in rs), total) if total else None}
+        for rule, suffix in SWITCH_RULES.items():
+            if any(f"switch_frames{suffix}" not in r for r in rs):
+                continue
+            total = sum(len(r[f"switch_frames{suffix}"]) for r in rs)
+            hits = sum(r[f"caught{suffix}"] for r in rs)
+            summary[f"caught_{method}{suffix}"] = {
+                "rule": rule, "switches": total, "caught": hits, "rate": _proportion(hits, total) if total else None,
+                "flags_per_50_frames": 50 * sum(r.get("flag_frames", 0) for r in rs) / max(1, sum(r["frames"] for r in rs)),
+                "chance": (sum(chance_caught(r[f"switch_frames{suffix}"], r["flag_frames"], r["frames"], r["track_frame"]) for r in rs) / total
+                           if total and all("flag_frames" in r for r in rs) else None)}
     lines = ["# CLEAR on worldgen vrs (test split)", "", f"Clips: {len({r['item'] for r in rows})}.", ""]
     lines += markdown_table(["method", "J&F", "J", "F", "vs prompt-then-track (pp J&F)", "switches / clip", "recovery", "wrong start", "planner calls", "slow / 50 frames", "frames/s"],
                             [[m, f"{s['JF']:.3f}", f"{s['J']:.3f}", f"{s['F']:.3f}",
@@ -224,9 +269,11 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
                              for m, s in summary.items() if isinstance(s, dict) and "JF" in s])
     lines += ["", "Identity switches the monitor flags (an escalation from 3 frames before to 5 after the switch, in tracking order), on the "
               "tracker's own masks with the monitor only watching (prompt-then-track's anchor; the oracle's):", ""]
-    lines += markdown_table(["trajectory", "switches", "caught", "rate [95% CI]"],
-                            [[m, str(summary[f"caught_{m}"]["switches"]), str(summary[f"caught_{m}"]["caught"]), _rate(summary[f"caught_{m}"]["rate"])]
-                             for m in ("prompt_then_track", "oracle_watch")])
+    lines += markdown_table(["trajectory", "switch rule", "switches", "caught", "rate [95% CI]", "flagged frames / 50", "chance rate at that alarm rate"],
+                            [[m, c["rule"], str(c["switches"]), str(c["caught"]), _rate(c["rate"]), f"{c['flags_per_50_frames']:.2f}",
+                              "-" if c["chance"] is None else f"{c['chance']:.2f}"]
+                             for m in ("prompt_then_track", "oracle_watch") for suffix in SWITCH_RULES.values()
+                             if (c := summary.get(f"caught_{m}{suffix}"))])
     lines += [""]
     kinds = sorted({r["kind"] for r in rows})
     lines += ["## J&F by query kind", ""] + markdown_table(["method", *kinds], [[m, *[f"{np.mean([r['JF'] for r in rs if r['kind'] == k]):.2f}" for k in kinds]] for m, rs in by.items()])

@@ -25,7 +25,7 @@ def short_clip():
 class TestClearContract(PipelineTesterMixin):
     pipeline_class = ClearPipeline
     # target id, mask pixels per frame (4 frames), events, anchor frame (computed once, then frozen)
-    expected_slice = [2.0, 0.0, 0.0, 42.0, 48.0, 6.0, 10.0]
+    expected_slice = [2.0, 0.0, 0.0, 42.0, 48.0, 7.0, 10.0]  # 7 events since OUTLINE_DRIFT (masks unchanged)
     bad_inputs = (
         ({"query": ""}, "query"),
         ({"query": "x" * 5000}, "characters"),

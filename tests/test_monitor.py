@@ -59,7 +59,7 @@ def test_swapping_to_a_same_shape_distractor_of_another_colour_fires_id_switch()
     mon = EventMonitor()
     mon.set_prototypes([red], [blue])
     ev = run(mon, [square(10 + t) for t in range(6)], [0.9] * 6, embeddings=[red] * 3 + [blue] * 3)
-    assert kinds(ev) == ["ID_SWITCH"] * 3 and ev[0].frame == 3 and ev[0].hard
+    assert kinds(ev) == ["ID_SWITCH"] * 3 and ev[0].frame == 3 and not ev[0].hard
 
 
 def test_scene_cut_and_heartbeat():
@@ -79,11 +79,17 @@ def test_controller_weights_agreement_cooldown_and_hard_events():
     assert ctl.decide(61, [MonitorEvent(61, "MOTION_BREAK", 0.6, 0.35)]) == "fast"  # one weak signal waits...
     assert ctl.decide(63, [MonitorEvent(63, "TRACK_MERGE", 0.7, 0.5)]) == "slow"  # ...for a second within the window
     assert ctl.decide(64, [MonitorEvent(64, "HEARTBEAT", 30, 30)]) == "fast"  # a check request is no risk
-    assert ctl.decide(65, [MonitorEvent(65, "ID_SWITCH", -0.2, 0.0)]) == "slow"  # hard events ignore the cool-down
-    assert ctl.slow_calls == 3
+    assert ctl.decide(65, [MonitorEvent(65, "ID_SWITCH", -0.2, 0.0)]) == "fast"  # weight 1, but cooling down
+    strong = [MonitorEvent(66, k, 0.0, 0.0) for k in ("SHAPE_DRIFT", "MOTION_BREAK", "SIZE_DRIFT")]
+    assert ctl.decide(66, strong) == "slow"  # three signals on one frame break through the cool-down
+    assert ctl.decide(67, [MonitorEvent(67, "SCENE_CUT", 0.5, 0.35)]) == "slow"  # hard events ignore the cool-down
+    assert ctl.slow_calls == 4
     late = ModeController(MonitorConfig(risk_window=3))
     assert late.decide(0, [MonitorEvent(0, "SIZE_DRIFT", 2.0, 1.6)]) == "fast"
     assert late.decide(3, [MonitorEvent(3, "SIZE_DRIFT", 2.0, 1.6)]) == "fast"  # the first has left the window
+    lingering = ModeController()
+    assert [lingering.decide(t, [MonitorEvent(t, "SIZE_DRIFT", 2.0, 1.6)]) for t in range(10)] == ["fast"] * 10  # one signal lingering
+    assert lingering.decide(10, [MonitorEvent(10, "OUTLINE_DRIFT", 0.3, 0.4)]) == "slow"  # a second kind agrees
     backward = ModeController()
     assert backward.decide(20, [MonitorEvent(20, "SIZE_DRIFT", 2.0, 1.6)]) == "fast"
     assert backward.decide(19, [MonitorEvent(19, "SHAPE_DRIFT", 0.1, 0.3)]) == "slow"  # frames counted either way
@@ -102,6 +108,20 @@ def test_motion_break_size_drift_and_track_merge():
     assert [e.frame for e in merges] == [2]  # the onset only
     with pytest.raises(InputError, match="weights"):
         MonitorConfig(weights={"NOT_AN_EVENT": 1.0})
+
+
+def test_outline_drift_fires_when_the_mask_spreads_over_a_touching_look_alike():
+    from trackers.monitor import _about_centroid, outline_iou
+
+    assert outline_iou(_about_centroid(square(4, side=8)), _about_centroid(square(40, 30, side=8))) == 1.0  # wherever it is
+    mon = EventMonitor()
+    mon.confirm(square(10, side=8))
+    moving = [square(10 + 2 * t, side=8) for t in range(5)]
+    assert "OUTLINE_DRIFT" not in kinds(run(mon, moving, [0.9] * 5))  # moving keeps the outline
+    spread = square(20, side=8)
+    spread[20:28, 28:44] = True  # an 8x24 bar: the target and two same-colour neighbours in one mask
+    ev = [e for e in mon.update(5, spread, 0.9) if e.kind == "OUTLINE_DRIFT"]
+    assert len(ev) == 1 and ev[0].value == pytest.approx(64 / 192)
 
 
 def test_tightened_thresholds_and_bad_config():

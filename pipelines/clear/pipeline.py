@@ -414,6 +414,9 @@ class ClearPipeline(Pipeline):
                     confirmed = new
                 elif verdict == "lost":
                     target[t], presence[t], lost = False, 0.0, t
+                elif target[t].any():  # kept: slow mode re-grounded this mask, the monitor's references restart from it
+                    monitor.confirm(target[t])
+                    confirmed = target[t]
             elif emb is not None and concept.admit(emb, t, last_event_frame=last_event):
                 monitor.set_prototypes(concept.positive, list(concept.negative))
                 confirmed = target[t]
