@@ -181,6 +181,23 @@ def test_motion_grades_of_the_truth_and_of_the_source(sample):
     assert not identity(other, sample["source"], sample["target_kp"], sample["source_kp"])["colour_kept"]
 
 
+def test_identity_is_judged_against_the_readers_reading_of_the_truth(sample):
+    """Read by the reader, the true target keeps identity whatever the reader's own error; a figure
+    with stretched limbs does not."""
+    from scorers.motion import grade_motion_edit, identity
+    from trackers.pose import ClassicPoseReader
+
+    reader = ClassicPoseReader()
+    args = (sample["source"], sample["target"], sample["target_kp"], sample["source_kp"], sample["person"])
+    truth = grade_motion_edit(sample["target"], *args, reader=reader)
+    assert truth["person_found"] and truth["identity_kept"] and set(truth["proportion_ratios"].values()) == {1.0}
+    stretched = sample["target_kp"].copy()
+    stretched[:, 5:, :2] = stretched[:, 5:, :2] * 1.5  # every limb joint away from the origin: lengths x1.5
+    assert not identity(sample["target"], sample["source"], stretched, sample["target_kp"])["proportions_kept"]
+    misread = grade_motion_edit(sample["target"], *args, reader=reader, reference_kp=stretched)  # the reader got the truth wrong
+    assert misread["identity_kept"] is None and misread["identity_measurable"] is False
+
+
 @pytest.mark.parametrize("module", ["training.skeleton_planner", "training.motion_renderer"])
 def test_tiny_training_runs_write_weights_and_cards(module, tmp_path):
     import importlib

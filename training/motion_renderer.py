@@ -198,7 +198,7 @@ is rendered window by window (`renderers/pose_guided.py`).
 ## Measured (TEST split, first {recipe.test_items} items; {ev.get('sampling')})
 Graded by `scorers.motion.grade_motion_edit`: PCK@0.1 of the output's pose re-detected by the classic
 stick-figure reader against the target skeleton (all labelled joints; and the joints the edit moves),
-identity kept (colour and proportions), background PSNR (dB, capped at 60) / SSIM outside the source and target
+identity kept (colour, and proportions against the reader's reading of the true target where that reading is right), background PSNR (dB, capped at 60) / SSIM outside the source and target
 person masks, against the ground-truth target.
 
 | skeleton | classes | items | PCK@0.1 | PCK@0.1 moving joints | identity kept | background PSNR | background SSIM |
