@@ -107,11 +107,11 @@ def matched(pred: np.ndarray, ids: np.ndarray, min_iou: float = 0.5) -> list[int
     (so a flip of the majority inside such a mask is no switch; the later match to another object is)."""
     out = []
     for p, gt in zip(pred, ids):
-        best = None
-        if p.any():
+        best, area = None, int(p.sum())
+        if area:
             labels, inter = np.unique(gt[p], return_counts=True)
             for label, n in zip(labels, inter):
-                if label != 0 and n / (p.sum() + (gt == label).sum() - n) > min_iou:
+                if label != 0 and n / (area + (gt == label).sum() - n) > min_iou:
                     best = int(label)
         out.append(best)
     return out

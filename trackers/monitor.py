@@ -297,14 +297,14 @@ class EventMonitor:
             self._path.popleft()
 
 
+_SPAN = 1 << 15  # offsets are encoded as (dy + span) * 2 span + (dx + span): any frame up to 32k pixels a side
+
+
 def _about_centroid(mask: np.ndarray) -> np.ndarray:
     """A mask's pixels as integer offsets from its rounded centroid, encoded one int each."""
     ys, xs = np.nonzero(mask)
     dy, dx = ys - int(round(ys.mean())), xs - int(round(xs.mean()))
     return np.unique((dy + _SPAN) * (2 * _SPAN) + (dx + _SPAN))
-
-
-_SPAN = 1 << 15  # offsets are encoded as (dy + span) * 2 span + (dx + span): any frame up to 32k pixels a side
 
 
 def outline_iou(a: np.ndarray, b: np.ndarray) -> float:
