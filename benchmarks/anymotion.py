@@ -65,9 +65,9 @@ def run(args) -> list[dict]:
 
     torch.set_num_threads(args.threads)
     header = {"benchmark": "anymotion", "methods": args.methods, "planner": args.planner, "renderer": args.renderer, "seed": args.seed,
-              "frame_stride": args.frame_stride, "source_keypoints": args.source_keypoints}
+              "frame_stride": args.frame_stride, "source_keypoints": args.source_keypoints, **({"split": "val"} if args.split == "val" else {})}
     log = RowLog(args.out, header, item_key="key")
-    pool = load_motion_pool("test", args.seed, args.start + args.n, workers=1)
+    pool = load_motion_pool(args.split, args.seed, args.start + args.n, workers=1)
     pipe = build_pipeline(args)
     reader = ClassicPoseReader()
     k = args.frame_stride
@@ -215,7 +215,8 @@ def main(argv=None) -> int:
     ap.add_argument("--frame-stride", type=int, default=2, help="grade every k-th frame (default 2)")
     ap.add_argument("--source-keypoints", choices=("reader", "gt"), default="reader",
                     help="scot's source skeleton: read by the classic reader as a user's run does (default), or the world's ground truth")
-    ap.add_argument("--seed", type=int, default=0, help="the test pool's seed (training.motion_data)")
+    ap.add_argument("--split", choices=("test", "val"), default="test", help="items to grade (val: for choosing between runs)")
+    ap.add_argument("--seed", type=int, default=0, help="the pool's seed (training.motion_data)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/anymotion"))
     args = ap.parse_args(argv)

@@ -45,12 +45,13 @@ def _writers(args, names):
     return {n: load_meme_writer(folders[n]) for n in names}
 
 
-def grade(writer, rm, scene, num_paths: int, samples: int, seed: int) -> dict:
+def grade(writer, rm, scene, num_paths: int, samples: int, seed: int, temperature: float = 1.0, top_p: float = 1.0) -> dict:
     import torch
 
     from scorers.preference import grade_samples, win_rate
 
-    texts = writer.write(scene.still, None, num_paths, samples, generator=torch.Generator().manual_seed(seed))
+    texts = writer.write(scene.still, None, num_paths, samples, temperature=temperature, top_p=top_p,
+                         generator=torch.Generator().manual_seed(seed))
     g = grade_samples(texts, num_paths, scene.candidates, scene.scene_words)
     readable = [b for b in g.pop("boxes") if b is not None]
     if readable:
@@ -72,7 +73,8 @@ def run(args) -> list[dict]:
         if m not in METHODS:
             raise SystemExit(f"invalid --methods entry {m!r}: choose from {sorted(METHODS)}")
     header = {"benchmark": "humor", "split": args.split, "methods": methods, "samples": args.samples, "sft": args.sft, "rl": args.rl,
-              "rl_pointwise": args.rl_pointwise, "reward_model": args.reward_model, "curve": args.curve}
+              "rl_pointwise": args.rl_pointwise, "reward_model": args.reward_model, "curve": args.curve,
+              "temperature": args.temperature, "top_p": args.top_p}
     log = RowLog(args.out, header)
     todo = log.todo(range(args.start, args.start + args.n))
     if not todo:
@@ -91,7 +93,7 @@ def run(args) -> list[dict]:
         rows = []
         for name, w in writers.items():
             k = 3 if args.curve else METHODS[name][1]
-            rows.append({**base, "method": name, **grade(w, rm, s, k, args.samples, seed=i)})
+            rows.append({**base, "method": name, **grade(w, rm, s, k, args.samples, seed=i, temperature=args.temperature, top_p=args.top_p)})
         hits, pairs = pairwise_accuracy(rm.score(s.still, s.candidates), s.scores)
         rows.append({**base, "method": "rm", "hits": hits, "pairs": pairs})
         log.append(rows)
@@ -204,6 +206,8 @@ def main(argv=None) -> int:
     add_shard_arguments(ap, 120, "scenes", "methods")
     ap.add_argument("--methods", default="direct,single,multi,rl,rl_pointwise")
     ap.add_argument("--samples", type=int, default=8, help="memes sampled per scene and method (G)")
+    ap.add_argument("--temperature", type=float, default=1.0, help="the writers' sampling temperature")
+    ap.add_argument("--top-p", type=float, default=0.95, help="the writers' nucleus mass (0.95: the pipeline's default, chosen here on VAL)")
     ap.add_argument("--sft", default="weights/builtin/meme_writer_sft")
     ap.add_argument("--rl", default="weights/builtin/meme_writer")
     ap.add_argument("--rl-pointwise", default="outputs/train/humor_rl_pointwise")

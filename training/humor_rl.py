@@ -58,6 +58,8 @@ class RLRecipe:
     lr: float = 5e-5
     beta: float = 0.01
     temperature: float = 1.0
+    # nucleus mass of the rollouts (published: 1.0, every token) [PROPOSED knob]
+    top_p: float = 1.0
     max_completion_length: int = 320
     reward: str = "pairwise"
     format_weight: float = 0.1
@@ -136,7 +138,7 @@ def grpo_config(out: Path, recipe: RLRecipe, **overrides):
     kw = dict(output_dir=str(out / "run"), max_steps=recipe.steps, per_device_train_batch_size=recipe.batch,
               num_generations=recipe.group, learning_rate=recipe.lr, lr_scheduler_type="constant_with_warmup", warmup_steps=5,
               beta=recipe.beta, epsilon=0.2, loss_type="grpo", scale_rewards="group", reward_weights=[1.0, recipe.format_weight],
-              temperature=recipe.temperature, top_p=1.0, max_completion_length=recipe.max_completion_length,
+              temperature=recipe.temperature, top_p=recipe.top_p, max_completion_length=recipe.max_completion_length,
               logging_steps=1, save_strategy="steps", save_steps=recipe.save_steps, report_to=[], seed=recipe.seed,
               bf16=False, fp16=False, dataloader_num_workers=0, use_cpu=not torch.cuda.is_available(), disable_tqdm=True)
     return GRPOConfig(**{**kw, **overrides})
@@ -204,13 +206,16 @@ def main(argv=None) -> int:
     ap.add_argument("--reward", choices=("pairwise", "pointwise"))
     ap.add_argument("--steps", type=int)
     ap.add_argument("--lr", type=float)
+    ap.add_argument("--batch", type=int, help="completions per step (whole groups of G; default 16)")
+    ap.add_argument("--top-p", type=float, help="nucleus mass of the rollouts (default 1.0, published)")
     ap.add_argument("--format-paths", type=int, help="also check K reasoning paths in the format reward [PROPOSED]")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     recipe = tiny_recipe() if args.tiny else RLRecipe()
-    over = {k: v for k, v in (("steps", args.steps), ("reward", args.reward), ("lr", args.lr), ("format_paths", args.format_paths)) if v}
+    over = {k: v for k, v in (("steps", args.steps), ("reward", args.reward), ("lr", args.lr), ("format_paths", args.format_paths),
+                                     ("top_p", args.top_p), ("batch", args.batch)) if v}
     recipe = RLRecipe(**{**asdict(recipe), **over})
     facts = train_rl(args.out, args.sft, recipe, args.reward_model, resume=not args.no_resume)
     print(json.dumps({k: v for k, v in facts.items() if k != "curve"}))

@@ -17,7 +17,14 @@ share of tokens whose nearest ground-truth token (among the clip's own) sits at 
 plan that puts the right thing in the right place scores high. How the plans render is measured with
 the renderer by ``benchmarks/bernini.py``.
 
+The discrete plan [PROPOSED] (``--head codebook``, ``SemanticPlannerConfig.head``): before the first step the
+codebook is fitted with k-means on a seeded sample of at most ``codebook_sample`` TRAIN target tokens and
+stored in the model (a buffer, so checkpoints and the saved model carry it and a resumed run restores it
+instead of refitting); how well it represents the VAL targets (mean cosine between a token and its code,
+the ceiling of any codebook plan) is logged, and evaluation adds that ceiling per task.
+
     python -m training.planner --out DIR [--steps N] [--stop-at STEP] [--tiny] [--no-resume] [--eval-only]
+                               [--head {flow,codebook}] [--codebook-size K]
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,10 +42,20 @@ import torch.nn.functional as F
 from core.atomic import write_json_atomic
 from core.errors import InputError
 from planners.semantic import PlanExample, PlanRequest, SemanticPlanner, SemanticPlannerConfig, builtin_planner
+from planners.semantic import codebook as codebook_lib
 from planners.semantic.backbones import TinyBackboneConfig
 from planners.semantic.layout import VisualTokens
 from training.bernini_data import DEFAULT_CACHE, TASKS, DataConfig, Pool, load_pools
-from training.common import check_run_dir, design_notes, earlier_run_facts, finish_run, parse_script, script_recipe
+from training.common import (
+    TRAIN_CONFIG,
+    check_run_dir,
+    design_notes,
+    earlier_run_facts,
+    finish_run,
+    load_recipe,
+    script_recipe,
+    training_parser,
+)
 from training.loop import TrainConfig, Trainer
 from training.renderer import TextStates
 
@@ -69,10 +86,17 @@ class PlannerRecipe:
     seed: int = 0
     workers: int = 1
     cache: str = str(DEFAULT_CACHE)
+    # the codebook head's k-means fit [PROPOSED]: at most 200k TRAIN target tokens, 20 Lloyd iterations
+    codebook_sample: int = 200_000
+    codebook_iters: int = 20
 
     def resolved(self) -> PlannerRecipe:
         if len(self.mix) != len(TASKS) or any(m < 0 for m in self.mix) or not sum(self.mix) > 0:
             raise InputError("mix", self.mix, f"give {len(TASKS)} non-negative weights for {TASKS}")
+        for name in ("codebook_sample", "codebook_iters"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InputError(name, v, "use a positive integer")
         return self
 
 
@@ -115,6 +139,40 @@ class Batches:
         return {"task": task, "examples": examples, "seed": seed}
 
 
+# ---------------------------------------------------------------------------- the codebook head
+
+
+def sample_target_tokens(pools: dict[str, Pool], limit: int, seed: int) -> torch.Tensor:
+    """At most ``limit`` target tokens ``(n, D)`` float32, drawn without replacement (seeded) from every pool's
+    plan targets together, so each task contributes in proportion to its tokens."""
+    flat = [p.plan.reshape(-1, p.plan.shape[-1]) for p in pools.values()]  # views of the cached arrays
+    sizes = np.array([len(f) for f in flat])
+    total = int(sizes.sum())
+    pick = np.sort(np.random.default_rng([seed, 14]).choice(total, size=min(limit, total), replace=False))
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    parts = [flat[k][pick[(pick >= starts[k]) & (pick < starts[k + 1])] - starts[k]] for k in range(len(flat))]
+    return torch.from_numpy(np.concatenate(parts).astype(np.float32))
+
+
+def codebook_quality(model: SemanticPlanner, pools: dict[str, Pool]) -> dict[str, float]:
+    """``codebook_stats`` of ``model``'s codebook on every target token of ``pools`` (cosine = the plan ceiling)."""
+    tokens = torch.cat([torch.from_numpy(p.plan.reshape(-1, p.plan.shape[-1]).astype(np.float32)) for p in pools.values()])
+    return {k: round(v, 4) for k, v in codebook_lib.codebook_stats(tokens, model.codebook.detach().cpu()).items()}
+
+
+def fit_codebook(models: list[SemanticPlanner], pools: dict[str, Pool], recipe: PlannerRecipe) -> None:
+    """k-means on a sample of the TRAIN targets (seeded by the recipe), stored in every model given (the
+    trained weights and their EMA copy)."""
+    c = recipe.planner
+    t0 = time.perf_counter()
+    tokens = sample_target_tokens(pools, recipe.codebook_sample, recipe.seed)
+    book = codebook_lib.fit_codebook(tokens, c.codebook_size, iters=recipe.codebook_iters,
+                                     generator=torch.Generator().manual_seed(recipe.seed))
+    for m in models:
+        m.set_codebook(book)
+    logger.info("codebook: %d codes fitted on %d TRAIN tokens in %.1f s", c.codebook_size, len(tokens), time.perf_counter() - t0)
+
+
 def loss_fn(model: SemanticPlanner, batch: dict):
     out = model.loss(batch["examples"], torch.Generator().manual_seed(batch["seed"]))
     return out.loss, {f"loss_{batch['task']}": out.loss.detach()}
@@ -138,24 +196,41 @@ def evaluate(model: SemanticPlanner, pools: dict[str, Pool], texts: TextStates, 
     """Plan the first ``n`` items of each task and score them against their targets (see the module doc).
 
     ``copy_source`` is the same score for the source clip's own tokens (v2v): what planning nothing but
-    "keep the source" would get, the bar an edit plan must beat on the edited tokens."""
+    "keep the source" would get, the bar an edit plan must beat on the edited tokens. ``codebook_ceiling``
+    (codebook head only) scores the quantised ground truth: the most a plan from this codebook can reach."""
     model.eval()
     out = {}
     for task, pool in pools.items():
-        rows, secs, copy = [], [], []
+        rows, secs, copy, ceiling = [], [], [], []
         for i in range(min(n, len(pool))):
             t0 = time.perf_counter()
             tokens = model.plan(request_of(pool, i, texts), grid=tuple(pool.plan.shape[1:4]), generator=int(pool.index[i])).tokens
             secs.append(time.perf_counter() - t0)
             target = torch.from_numpy(pool.plan[i].astype(np.float32))
             rows.append(plan_agreement(tokens, target))
+            if model.codebook is not None:  # the quantised ground truth: the best a codebook plan can do
+                ceiling.append(plan_agreement(model.codebook[model.quantize(target)].cpu(), target))
             if pool.source_tokens is not None:
                 copy.append(plan_agreement(torch.from_numpy(pool.source_tokens[i].astype(np.float32)), target))
         out[task] = {k: round(float(np.mean([r[k] for r in rows])), 4) for k in ("cosine", "placed")}
         out[task].update(clips=len(rows), seconds_per_plan=round(float(np.mean(secs)), 3))
         if copy:
             out[task]["copy_source"] = {k: round(float(np.mean([r[k] for r in copy])), 4) for k in ("cosine", "placed")}
+        if ceiling:
+            out[task]["codebook_ceiling"] = {k: round(float(np.mean([r[k] for r in ceiling])), 4) for k in ("cosine", "placed")}
     return out
+
+
+def _head_text(c: SemanticPlannerConfig, ev: dict) -> str:
+    if c.head == "codebook":
+        q = ev.get("codebook", {})
+        return (f"with a discrete head [PROPOSED]: a classifier (depth {c.head_depth}, width {c.head_width}) over a "
+                f"{c.codebook_size}-code k-means codebook of ViT tokens (VAL cosine token-to-code "
+                f"{q.get('cosine', '-')}); MaskGIT reveal by {c.reveal_mode} over {c.planning_steps} steps (choice "
+                f"temperature {c.choice_temperature}), three-stream CFG on the logits (text {c.txt_cfg}, image {c.img_cfg}).")
+    return (f"with a per-token AdaLN flow head ({c.head_depth} blocks, width {c.head_width}); MaskGIT reveal over "
+            f"{c.planning_steps} steps, {c.denoising_steps} Euler steps per token, three-stream CFG (text {c.txt_cfg}, "
+            f"image {c.img_cfg}).")
 
 
 def card(recipe: PlannerRecipe, ev: dict, out: Path) -> str:
@@ -168,9 +243,7 @@ def card(recipe: PlannerRecipe, ev: dict, out: Path) -> str:
 Bernini's builtin planner (`planners/semantic/`): the tiny decoder backbone ({b.num_layers} layers, width
 {b.hidden_size}, {b.num_heads} heads, M-RoPE, the block attention mask of spec b.2) reads the system prompt
 (bytes), the prompt's MiniLM token states (projected) and the sources' builtin-ViT tokens, and predicts the
-target's builtin-ViT patch tokens on a {c.plan_grid} plan grid with a per-token AdaLN flow head
-({c.head_depth} blocks, width {c.head_width}); MaskGIT reveal over {c.planning_steps} steps, {c.denoising_steps}
-Euler steps per token, three-stream CFG (text {c.txt_cfg}, image {c.img_cfg}). No chain of thought (`cot=False`).
+target's builtin-ViT patch tokens on a {c.plan_grid} plan grid {_head_text(c, ev)} No chain of thought (`cot=False`).
 
 ## Data and training
 - worldgen TRAIN split, {recipe.pool} clips per task (t2v, edit as v2v, ref2v as r2v; levels 1-3 in turn);
@@ -206,14 +279,60 @@ def final_eval(out: Path, recipe: PlannerRecipe, model: SemanticPlanner, texts: 
     return ev
 
 
+def parse_args(argv=None):
+    """The recipe scripts' shared options (``training_parser``), ``--stop-at``, and the plan head's flags."""
+    ap = training_parser("python -m training.planner", "Train the builtin Bernini planner on worldgen plan targets.",
+                         "outputs/train/planner")
+    ap.add_argument("--stop-at", type=int, help="stop at this step (checkpointed; resume later with the same --steps)")
+    ap.add_argument("--head", choices=("flow", "codebook"),
+                    help="the plan head: flow (spec, default) or codebook (discrete plan, MaskGIT over k-means codes) [PROPOSED]")
+    ap.add_argument("--codebook-size", type=int, help="codes in the codebook (default 512) [PROPOSED]")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    return args
+
+
+def head_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resuming: bool) -> PlannerRecipe:
+    """``recipe`` with ``--head`` / ``--codebook-size`` applied. A run resuming a checkpoint keeps its saved head
+    (also under ``--tiny``, whose recipe is rebuilt each time); asking it for another one is an error, since the
+    checkpoint's weights are that head's."""
+    p = recipe.planner
+    keep = saved.planner if resuming and saved is not None else p
+    head = args.head if args.head is not None else keep.head
+    size = args.codebook_size if args.codebook_size is not None else keep.codebook_size
+    if resuming and saved is not None and (head, size) != (saved.planner.head, saved.planner.codebook_size):
+        flag = "--head" if head != saved.planner.head else "--codebook-size"
+        raise InputError(flag, head if flag == "--head" else size,
+                         f"{args.out} holds a checkpoint of a head={saved.planner.head!r} (codebook_size "
+                         f"{saved.planner.codebook_size}) run; resume it without the flag, or pass --no-resume / a new --out")
+    if (head, size) == (p.head, p.codebook_size):
+        return recipe
+    return replace(recipe, planner=replace(p, head=head, codebook_size=size))
+
+
 def main(argv=None) -> int:
-    args = parse_script("python -m training.planner", "Train the builtin Bernini planner on worldgen plan targets.", "outputs/train/planner", argv)
+    args = parse_args(argv)
     out = check_run_dir(args.out, KIND, "planner")
-    recipe = script_recipe(PlannerRecipe, out, args, tiny_recipe, KIND, "python -m training.planner")
+    saved = load_recipe(PlannerRecipe, out) if not args.no_resume else None
+    resuming = saved is not None and (out / "run" / "checkpoint" / "state.pt").is_file()
+    if resuming:  # refuse a head the checkpoint does not hold before anything is written
+        head_recipe(saved, args, saved, resuming)
+    # --tiny rebuilds its recipe each run: give it the head too, so resuming a tiny run compares like with like
+    recipe = script_recipe(PlannerRecipe, out, args, lambda o: head_recipe(tiny_recipe(o), args, saved, resuming), KIND,
+                           "python -m training.planner")
+    with_head = head_recipe(recipe, args, saved, resuming)
+    if with_head != recipe:  # script_recipe saved the recipe before the head flags: save it again
+        recipe = with_head
+        write_json_atomic(out / TRAIN_CONFIG, {"model": KIND, "recipe": PlannerRecipe.__name__,
+                                               "provenance": "python -m training.planner", **asdict(recipe)})
     texts = TextStates()
     torch.set_num_threads(recipe.train.threads or 1)
     if args.eval_only:
-        final_eval(out, recipe, SemanticPlanner.from_pretrained(out), texts, earlier_run_facts(out))
+        facts = earlier_run_facts(out)
+        old = json.loads((out / "eval.json").read_text()) if (out / "eval.json").is_file() else {}
+        if "codebook" in old:  # the VAL quantisation numbers measured when the codebook was fitted
+            facts["codebook"] = old["codebook"]
+        final_eval(out, recipe, SemanticPlanner.from_pretrained(out), texts, facts)
         return 0
     t_start = time.perf_counter()
     pools = load_pools("train", recipe.seed, recipe.pool, recipe.data, cache_dir=recipe.cache, workers=recipe.workers)
@@ -222,11 +341,17 @@ def main(argv=None) -> int:
     torch.manual_seed(recipe.train.seed)  # the initial weights depend on the recipe alone
     model = builtin_planner(recipe.planner, recipe.backbone)
     trainer = Trainer(model, loss_fn, recipe.train, out / "run", evaluate=lambda m: evaluate(m, val, texts, recipe.val_items))
-    if not args.no_resume:
-        trainer.load_checkpoint()
+    resumed = False if args.no_resume else trainer.load_checkpoint()
+    extra: dict = {}
+    if recipe.planner.head == "codebook":
+        trained = trainer.accelerator.unwrap_model(trainer.model)
+        if not (resumed and bool(trained.head.fitted)):  # a resumed run's codebook came back with its checkpoint
+            fit_codebook([trained] + ([trainer.ema] if trainer.ema is not None else []), pools, recipe)
+        extra["codebook"] = codebook_quality(trained, val)
+        logger.info("codebook on VAL targets: %s", json.dumps(extra["codebook"]))
     trainer.fit(Batches(pools, texts, recipe, trainer.step), until=args.stop_at)
     return finish_run(trainer, out, recipe.train.steps, (time.perf_counter() - t_start) / 60,
-                      lambda final, facts: final_eval(out, recipe, final, texts, facts))
+                      lambda final, facts: final_eval(out, recipe, final, texts, {**facts, **extra}))
 
 
 if __name__ == "__main__":

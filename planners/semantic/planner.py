@@ -20,11 +20,20 @@ Streams (b.4) [interpretation]: ``cond`` is the full input; ``imgcond`` drops th
 chain of thought) but keeps the source visuals; ``uncond`` drops both. Dropped text is replaced by the
 negative prompt when one is given, else removed. Without sources the spec makes ``imgcond`` identical
 to ``cond`` (``imgcond_without_sources="cond"``), so a t2v plan is guided by ``img_cfg`` alone.
+
+Discrete plan (``head="codebook"``) [PROPOSED, not in the paper]: MaskGIT over a codebook of ViT tokens
+(``codebook.py``). The head classifies each condition ``z_i`` into one of ``codebook_size`` codes; training
+scores the masked positions with cross-entropy against the nearest code of their ground truth and feeds
+the given positions their *quantised* ground truth (what inference writes); inference applies the same
+three-stream CFG to the logits, samples a code per masked position and reveals the most confident ones
+(``maskgit.run_confidence_loop``), writing the code vectors into every stream. ``head="flow"`` (the
+default) is the spec's continuous head, unchanged.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -39,6 +48,7 @@ from torch import nn
 from core.device import select_device, select_dtype
 from core.errors import InputError
 from core.weights_io import load_state_dict, save_state_dict
+from planners.semantic import codebook as codebook_lib
 from planners.semantic import flow_head, maskgit
 from planners.semantic.backbones import BACKBONES, PlannerBackbone
 from planners.semantic.layout import (
@@ -53,8 +63,11 @@ from planners.semantic.layout import (
 )
 from renderers import flow
 
+logger = logging.getLogger(__name__)
+
 FORMAT_VERSION = 1
 MODEL_NAME = "semantic-planner"
+HEADS = ("flow", "codebook")
 
 
 def _is_real(x: object) -> bool:
@@ -79,6 +92,15 @@ class SemanticPlannerConfig:
     states to the renderer's context width (4096 for Wan's UMT5) [PORT]; None: no renderer contexts.
     ``num_mask_tokens``: rows of the learned mask-token table (4096 in the release); only row 0 is ever
     used, in training and inference [DEFAULT].
+
+    ``head`` [PROPOSED option]: "flow" (spec b.3, the default) or "codebook" (a discrete plan: MaskGIT over
+    ``codebook_size`` k-means codes of ViT tokens, a classifier of ``head_depth`` GELU layers of
+    ``head_width`` after a LayerNorm, cross-entropy). ``reveal``: the order tokens leave the mask: "random"
+    (MAR / spec b.4; the only one for the flow head) or "confidence" (MaskGIT; codebook only); None picks
+    "random" for flow and "confidence" for codebook. ``choice_temperature`` scales MaskGIT's Gumbel noise
+    on the confidences, annealed linearly to 0 over the steps (4.5, MaskGIT's default). With the codebook
+    head ``temperature`` is the softmax temperature of the code draw (0 = argmax), and the flow-only
+    fields (``head_shift``, ``head_sigma_*``, ``denoising_steps``, ``flow_batch_mul``) are unused.
     """
 
     token_dim: int = 192
@@ -112,6 +134,12 @@ class SemanticPlannerConfig:
     max_cot_tokens: int = 256
     # M-RoPE time step between video frames of a vision block (Qwen2.5-VL at ViT fps 2) [PORT]
     video_t_step: int = 2
+    # the discrete plan [PROPOSED]: head "flow" (spec) or "codebook"; 512 codes; reveal None = the head's own
+    # ("random" for flow, "confidence" for codebook); MaskGIT's choice temperature 4.5
+    head: str = "flow"
+    codebook_size: int = 512
+    reveal: str | None = None
+    choice_temperature: float = 4.5
 
     def __post_init__(self):
         self.plan_grid = check_grid("plan_grid", self.plan_grid)
@@ -148,6 +176,24 @@ class SemanticPlannerConfig:
                              "use 0 <= head_sigma_min < head_sigma_max <= 1")
         if self.imgcond_without_sources not in ("cond", "uncond"):
             raise InputError("imgcond_without_sources", self.imgcond_without_sources, "use 'cond' (spec b.4) or 'uncond'")
+        if self.head not in HEADS:
+            raise InputError("head", self.head, "use 'flow' (the spec's continuous head) or 'codebook' (discrete plan)")
+        if not _is_int(self.codebook_size) or self.codebook_size < 2:
+            raise InputError("codebook_size", self.codebook_size, "use an integer >= 2 (e.g. 512)")
+        if self.reveal not in (None, "random", "confidence"):
+            raise InputError("reveal", self.reveal, "use 'random', 'confidence' or None (the head's own)")
+        if self.head == "flow" and self.reveal == "confidence":
+            raise InputError("reveal", self.reveal, "the flow head has no per-token confidence; use 'random' "
+                                                    "or head='codebook'")
+        if not _is_real(self.choice_temperature) or self.choice_temperature < 0:
+            raise InputError("choice_temperature", self.choice_temperature, "use a finite number >= 0 (MaskGIT: 4.5)")
+
+    @property
+    def reveal_mode(self) -> str:
+        """``reveal`` resolved: "random" for the flow head, "confidence" for the codebook head unless set."""
+        if self.reveal is not None:
+            return self.reveal
+        return "confidence" if self.head == "codebook" else "random"
 
 
 @dataclass(eq=False)
@@ -205,7 +251,8 @@ class PlanExample:
 
 @dataclass
 class PlannerLoss:
-    """``loss = plan + cot_weight * cot``; ``per_token`` holds the flow loss of each masked target token."""
+    """``loss = plan + cot_weight * cot``; ``per_token`` holds the loss of each masked target token (the flow
+    loss, or the cross-entropy with ``head="codebook"``)."""
 
     loss: torch.Tensor
     plan: torch.Tensor
@@ -219,13 +266,14 @@ class PlanOutput:
     """``tokens`` ``(T', h, w, token_dim)``; ``order`` the flattened positions in the order they were written;
     ``reveal_counts`` tokens per step; ``cot_text`` the chain of thought (None when off); ``contexts``:
     (with_target, without_target, uncond), each ``(1, n, context_dim)``, the renderer contexts of spec b.4
-    (None without ``for_gen``)."""
+    (None without ``for_gen``); ``codes`` ``(T', h, w)`` the chosen code of every token (codebook head only)."""
 
     tokens: torch.Tensor
     order: torch.Tensor
     reveal_counts: list[int]
     cot_text: str | None = None
     contexts: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    codes: torch.Tensor | None = None
 
 
 StepCallback = Callable[[int, dict[str, Any]], None]
@@ -259,7 +307,10 @@ class SemanticPlanner(nn.Module):
         self.text_proj = nn.Linear(c.text_embed_dim, h) if c.text_embed_dim else None
         self.mask_tokens = nn.Parameter(torch.randn(1, c.num_mask_tokens, h) * 0.02)
         self.for_vit = nn.Sequential(nn.Linear(h, h), nn.GELU(), nn.Linear(h, h), nn.RMSNorm(h, eps=1e-6), nn.Linear(h, h))
-        self.head = flow_head.SimpleMLPAdaLN(c.token_dim, h, c.head_width, c.head_depth)
+        if c.head == "codebook":
+            self.head = codebook_lib.CodebookHead(c.token_dim, h, c.codebook_size, c.head_width, c.head_depth)
+        else:
+            self.head = flow_head.SimpleMLPAdaLN(c.token_dim, h, c.head_width, c.head_depth)
         self.for_gen = None
         if c.context_dim:
             d = c.context_dim
@@ -339,6 +390,38 @@ class SemanticPlanner(nn.Module):
     def _mask_row(self, n: int) -> torch.Tensor:
         return self.mask_tokens[0, :1].expand(n, -1)
 
+    # ---- the codebook head -----------------------------------------------------------------------------
+
+    def _codebook_head(self, name: str) -> codebook_lib.CodebookHead:
+        if not isinstance(self.head, codebook_lib.CodebookHead):
+            raise InputError(name, self.config.head, "needs a planner built with head='codebook'")
+        return self.head
+
+    @property
+    def codebook(self) -> torch.Tensor | None:
+        """The codebook ``(codebook_size, token_dim)`` of the discrete head (None for the flow head)."""
+        return self.head.codebook if isinstance(self.head, codebook_lib.CodebookHead) else None
+
+    def set_codebook(self, codebook: torch.Tensor) -> None:
+        """Store a fitted codebook (``codebook.fit_codebook``) in the discrete head; it is saved with the weights."""
+        self._codebook_head("set_codebook").set_codebook(codebook)
+
+    def quantize(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The nearest code of each token ``(..., token_dim)`` -> ``(...)`` (codebook head only)."""
+        head = self._codebook_head("quantize")
+        return codebook_lib.quantize(tokens.to(head.codebook.device), head.codebook)
+
+    def masked_code_loss(self, z: torch.Tensor, codes: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Per-token cross-entropy ``(M,)`` of the masked rows' logits against their codes (codebook head).
+
+        ``z`` ``(N, C)`` conditions, ``codes`` ``(N,)`` the nearest codes of the ground truth, ``mask`` ``(N,)``
+        bool; only masked rows are classified, so the other rows cannot change the result."""
+        head = self._codebook_head("masked_code_loss")
+        if mask.dtype != torch.bool or mask.shape != codes.shape or z.shape[0] != codes.shape[0]:
+            raise InputError("mask", tuple(mask.shape), f"use a bool (N,) mask for {codes.shape[0]} target rows")
+        logits = head(z[mask]).float()
+        return F.cross_entropy(logits, codes[mask], reduction="none")
+
     # ---- training ----------------------------------------------------------------------------------
 
     def masked_flow_loss(self, z: torch.Tensor, target: torch.Tensor, mask: torch.Tensor,
@@ -369,12 +452,17 @@ class SemanticPlanner(nn.Module):
         (at least 1) masked positions unless ``target_mask`` is given; masked positions get the mask token,
         the others their ground truth (teacher forcing). ``L_plan``: mean over all masked tokens of the
         batch; ``L_CE``: mean over the chain-of-thought tokens (and the token that closes them).
+
+        With ``head="codebook"`` [PROPOSED]: ``L_plan`` is the cross-entropy of the masked tokens' logits
+        against the nearest code of their ground truth, and the given tokens enter as their code vectors
+        (the quantised ground truth), as they will at inference.
         """
         g = _generator(generator)
         examples = [batch] if isinstance(batch, PlanExample) else list(batch)
         if not examples or not all(isinstance(e, PlanExample) for e in examples):
             raise InputError("batch", type(batch).__name__, "pass a PlanExample or a non-empty list of them")
         c = self.config
+        discrete = c.head == "codebook"
         items, targets, masks = [], [], []
         for i, ex in enumerate(examples):
             y = ex.target
@@ -398,7 +486,12 @@ class SemanticPlanner(nn.Module):
                 m = m.to(self.device)
             drop_text = ex.dropout and float(torch.rand((), generator=g)) < c.text_dropout
             drop_vis = ex.dropout and float(torch.rand((), generator=g)) < c.visual_dropout
-            rows = torch.where(m[:, None], self._mask_row(n), self.vit_in(y.to(self.mask_tokens.dtype)))
+            if discrete:
+                y = self.quantize(y)  # the codes are the targets; the given rows are their code vectors
+                given = self.head.lookup(y)
+            else:
+                given = y
+            rows = torch.where(m[:, None], self._mask_row(n), self.vit_in(given.to(self.mask_tokens.dtype)))
             req = ex.request
             cot_ids = self.backbone.encode_text(req.cot_text) if (c.cot and req.cot_text) else None
             items.append(self._build(req, grid, text=not drop_text, visuals=not drop_vis, cot_ids=cot_ids,
@@ -408,7 +501,10 @@ class SemanticPlanner(nn.Module):
         batch_t, states = self._forward(items)
         hidden = states[-2]
         z = torch.cat([self._conditions(hidden[b, it["target_index"]]) for b, it in enumerate(items)])
-        per_token = self.masked_flow_loss(z, torch.cat(targets), torch.cat(masks), g)
+        if discrete:
+            per_token = self.masked_code_loss(z, torch.cat(targets), torch.cat(masks))
+        else:
+            per_token = self.masked_flow_loss(z, torch.cat(targets), torch.cat(masks), g)
         plan_loss = per_token.mean()
         labels = batch_t["labels"]
         cot_loss = None
@@ -469,7 +565,11 @@ class SemanticPlanner(nn.Module):
         ``sources`` and ``task`` fill one). ``grid`` (T', h, w) defaults to ``plan_grid``; ``steps``,
         ``denoising_steps``, ``txt_cfg``, ``img_cfg`` and ``cot`` default to the config. All randomness (the
         order, every step's noise) comes from ``generator``. ``callback(step, info)`` runs after each step
-        with ``info = {"positions", "tokens", "num_steps"}``.
+        with ``info = {"positions", "tokens", "num_steps"}`` (plus ``"codes"`` with the codebook head).
+
+        ``head="codebook"`` [PROPOSED]: the same three-stream CFG on the logits, a code per masked position at
+        ``temperature`` (0 = argmax), revealed by MaskGIT confidence (``reveal="confidence"``, with
+        ``choice_temperature``) or in a random order (``reveal="random"``); ``denoising_steps`` is unused.
         """
         c = self.config
         if isinstance(request, PlanRequest):
@@ -506,6 +606,9 @@ class SemanticPlanner(nn.Module):
         mask = additive_mask(block_attention_mask(batch["token_type"], batch["segment_ids"]), embeds.dtype)
         target_index = [s["target_index"] for s in streams]
         tokens = torch.zeros(n, c.token_dim, device=self.device)
+        if c.head == "codebook":
+            return self._plan_codes(request, grid, steps, txt_cfg, img_cfg, temperature, g, callback, use_cot, cot_ids,
+                                    embeds, mask, batch["position_ids"], target_index, need_ic, need_u, tokens)
 
         def predict(step: int, positions: torch.Tensor) -> torch.Tensor:
             hidden = self.backbone(embeds, mask, batch["position_ids"])[-2]
@@ -536,6 +639,57 @@ class SemanticPlanner(nn.Module):
             contexts = self._contexts(request, grid, cot_ids, self.vit_in(tokens.to(self.mask_tokens.dtype)))
         return PlanOutput(tokens.reshape(*grid, c.token_dim), order, counts,
                           self.backbone.decode_text(cot_ids) if use_cot else None, contexts)
+
+    def _plan_codes(self, request: PlanRequest, grid: tuple[int, int, int], steps: int, txt_cfg: float, img_cfg: float,
+                    temperature: float, g: torch.Generator | None, callback: StepCallback | None, use_cot: bool,
+                    cot_ids: list[int], embeds: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor,
+                    target_index: list[torch.Tensor], need_ic: bool, need_u: bool, tokens: torch.Tensor) -> PlanOutput:
+        """``plan``'s loop for the codebook head (the streams are built): CFG on logits, codes written as vectors."""
+        c = self.config
+        head = self._codebook_head("head")
+        if not bool(head.fitted):
+            logger.warning("planning with an unfitted codebook (random placeholder codes): fit one with "
+                           "planners.semantic.codebook.fit_codebook and SemanticPlanner.set_codebook")
+        n = tokens.shape[0]
+        codes = torch.full((n,), -1, dtype=torch.long, device=self.device)
+
+        def predict_logits(step: int, positions: torch.Tensor) -> torch.Tensor:
+            hidden = self.backbone(embeds, mask, position_ids)[-2]
+            z = torch.cat([self._conditions(hidden[b, idx[positions]]) for b, idx in enumerate(target_index)])
+            per_stream = list(head(z).float().split(len(positions)))
+            l_c = per_stream.pop(0)
+            l_ic = per_stream.pop(0) if need_ic else l_c  # as in flow_head.sample_tokens: a stream the sum
+            l_u = per_stream.pop(0) if need_u else l_c    # does not need stands in as cond
+            return flow_head.three_stream_cfg(l_c, l_ic, l_u, txt_cfg, img_cfg)
+
+        def write(positions: torch.Tensor, chosen: torch.Tensor) -> None:
+            values = head.lookup(chosen)
+            codes[positions] = chosen
+            tokens[positions] = values.to(tokens.dtype)
+            fed = self.vit_in(values.to(self.mask_tokens.dtype)).to(embeds.dtype)
+            for b, idx in enumerate(target_index):
+                embeds[b, idx[positions]] = fed
+
+        counts = maskgit.reveal_counts(n, steps)
+
+        def on_step(step: int, positions: torch.Tensor, chosen: torch.Tensor) -> None:
+            if callback is not None:
+                callback(step, {"positions": positions, "tokens": head.lookup(chosen), "codes": chosen,
+                                "num_steps": len(counts)})
+
+        if c.reveal_mode == "confidence":
+            order, _ = maskgit.run_confidence_loop(n, steps, predict_logits, write, generator=g, temperature=temperature,
+                                                   choice_temperature=c.choice_temperature, callback=on_step,
+                                                   device=self.device)
+        else:
+            order = maskgit.reveal_order(n, g, self.device)
+            maskgit.run_reveal_loop(order, steps, lambda s, p: maskgit.sample_codes(predict_logits(s, p), temperature, g)[0],
+                                    write, on_step)
+        contexts = None
+        if self.for_gen is not None:
+            contexts = self._contexts(request, grid, cot_ids, self.vit_in(tokens.to(self.mask_tokens.dtype)))
+        return PlanOutput(tokens.reshape(*grid, c.token_dim), order, counts,
+                          self.backbone.decode_text(cot_ids) if use_cot else None, contexts, codes.reshape(grid))
 
     def _contexts(self, request: PlanRequest, grid, cot_ids, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The final pass of spec b.4: ``for_gen`` on the penultimate states of cond and uncond, cut into
