@@ -217,7 +217,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/humor"))
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    rows = in_range(merge_rows(args.merge), args.items) if args.merge else run(args)
+    # one row per (scene, method): runs of different methods on the same scenes merge too
+    rows = (in_range(merge_rows(args.merge, row_key=lambda r: (r["item"], r["method"])), args.items)
+            if args.merge else run(args))
     summary = summarise(rows)
     meta = {"scenes": len({r["item"] for r in rows}), "samples": args.samples, "split": args.split,
             "command": command_line("benchmarks.humor", argv)}

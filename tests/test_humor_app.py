@@ -100,3 +100,10 @@ def test_benchmark_at_toy_scale(tmp_path):
     res = json.loads((out / "results.json").read_text())
     assert {r["method"] for r in res["rows"]} == {"direct", "multi", "rm"}
     assert 0 <= res["summary"]["multi"]["valid"] <= 1 and np.isfinite(res["summary"]["rm"]["accuracy_seen"])
+    # a second run of another method on the same scene merges in beside the first (one row per scene and method)
+    other = tmp_path / "bench_single"
+    assert bench(["--n", "1", "--samples", "2", "--methods", "single", "--out", str(other)]) == 0
+    merged = tmp_path / "merged"
+    assert bench(["--merge", str(out), str(other), "--out", str(merged)]) == 0
+    rows = json.loads((merged / "results.json").read_text())["rows"]
+    assert sorted(r["method"] for r in rows) == ["direct", "multi", "rm", "single"]
