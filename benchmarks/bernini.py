@@ -131,9 +131,9 @@ def run(args) -> list[dict]:
 
     torch.set_num_threads(args.threads)
     header = {"benchmark": "bernini", "tasks": args.tasks, "methods": args.methods, "planner": args.planner, "renderer": args.renderer,
-              "seed": args.seed}
+              "seed": args.seed, **({"split": args.split} if args.split != "test" else {})}
     log = RowLog(args.out, header, item_key="key")
-    pools = load_pools("test", args.seed, args.start + args.n, tasks=tuple(args.tasks), workers=1)
+    pools = load_pools(args.split, args.seed, args.start + args.n, tasks=tuple(args.tasks), workers=1)
     pipes = build_pipelines(args)
     keys = [f"{t}:{i}:{m}" for i in range(args.start, args.start + args.n) for t in args.tasks for m in args.methods
             if (m != "copy_source" or t == "v2v") and (m != "plain_rope" or t == "r2v")]
@@ -226,6 +226,8 @@ def main(argv=None) -> int:
     ap.add_argument("--planner", default="builtin", help="planner: 'builtin' or a folder (default builtin)")
     ap.add_argument("--renderer", default="builtin", help="renderer: 'builtin' or a folder (default builtin)")
     ap.add_argument("--seed", type=int, default=0, help="the test pools' seed (training.bernini_data)")
+    ap.add_argument("--split", choices=("val", "test"), default="test",
+                    help="held-out items to run on: val for choosing models and settings, test for the reported numbers")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/bernini"))
     args = ap.parse_args(argv)
@@ -234,7 +236,7 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"unknown methods / tasks {bad}: methods are {list(METHODS)}, tasks t2v, v2v, r2v")
     if args.merge:
-        rows = in_range(merge_rows(args.merge, agree=("tasks", "planner", "renderer", "seed"), item_key="key",
+        rows = in_range(merge_rows(args.merge, agree=("tasks", "planner", "renderer", "seed", "split"), item_key="key",
                                    row_key=lambda r: r["key"]), args.items)
     else:
         rows = run(args)

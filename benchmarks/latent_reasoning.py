@@ -54,15 +54,17 @@ def run(args) -> tuple[list[dict], dict]:
         name, _, path = part.partition("=")
         paths[name.strip()] = path.strip()
     wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
-    text, data, rows, runs = MiniLM(), None, [], {}
+    text, sets, rows, runs = MiniLM(), {}, [], {}
     for name in wanted:
         folder = Path(paths[name])
         if not BuiltinLatentReasoner.is_saved_in(folder):
             logger.warning("%s: no latent reasoner in %s, skipped", name, folder)
             continue
         model = BuiltinLatentReasoner.from_pretrained(folder)
-        if data is None:
-            data = SpatialSet("test", args.n, model, text, cache=Path(args.cache) / "test")
+        kind = model.config.image_tokens  # the same TEST items, read as this model's kind of image token
+        if kind not in sets:
+            sets[kind] = SpatialSet("test", args.n, model, text, cache=Path(args.cache) / "test")
+        data = sets[kind]
         k = METHODS.get(name, (None, None))[1]
         k = model.config.num_slots if k is None else k
         logger.info("%s: %s, K = %d", name, folder, k)
@@ -71,8 +73,8 @@ def run(args) -> tuple[list[dict], dict]:
         runs[name] = json.loads(facts.read_text()) if facts.is_file() else {}
         if k:
             runs[name]["slot_diagnostics"] = slot_diagnostics(model, data, k, n=args.diagnose)
-    if data is not None:
-        runs["_reference"] = {"present_colours": present_colour_chance(data.records)}
+    if sets:
+        runs["_reference"] = {"present_colours": present_colour_chance(next(iter(sets.values())).records)}
     return rows, runs
 
 

@@ -156,12 +156,13 @@ def teacher_forced_inputs(core: LatentCore, prefix: dict, targets: torch.Tensor)
     return F.normalize(targets, dim=-1) * core.image_norm(prefix).detach()[:, None, None].to(targets.dtype)
 
 
-def slot_attention(slots: torch.Tensor, image_tokens: torch.Tensor, tau: float = 0.07) -> torch.Tensor:
+def slot_attention(slots: torch.Tensor, image_tokens: torch.Tensor, tau: float = 0.07,
+                   mask: torch.Tensor | None = None) -> torch.Tensor:
     """Where each slot looks: ``softmax(n(s) n(P)^T / tau)`` over the image tokens, ``(B, K, N)`` (the map the
-    cross-structure loss shapes)."""
+    cross-structure loss shapes); ``mask`` ``(B, N)`` marks the real tokens (a prefix's ``"image_mask"``)."""
     from planners.latent_geometry import cross_structure
 
-    return cross_structure(slots, image_tokens, tau)
+    return cross_structure(slots, image_tokens, tau, mask)
 
 
 @dataclass

@@ -10,6 +10,14 @@ probabilities with the 256-scale 2x2 patches' mean token and their four attribut
 trainable projection and a learned 2-D position. The ViT and the attribute head are frozen copies from the
 builtin VLM, saved inside this model's weights so it loads alone.
 
+Object tokens [PROPOSED, ``image_tokens="objects"``]: a grid cell mixes neighbours and leaves an object's size
+implicit, and a model over 256 cells did not learn the first hop of the search (finding the anchor the question
+names) in 600 steps (weights/builtin/latent_reasoner_sft/card.md). So the image can instead be read as up to
+``max_objects`` tokens, one per region of ``planners.object_proposals``: the two scales' patch token and
+attribute vector under the region's centroid, its mean colour, log area, box size, fill ratio and an
+``MASK_SIDE`` x ``MASK_SIDE`` thumbnail of its footprint, with Fourier features of its centroid. Each token keeps
+its box, so slot targets, the pointing rate and the attention pictures work on both kinds (``token_geometry``).
+
 Vocabulary (the LM head's): ``<pad> <start> <slot> <end>`` then answer words (worldgen's colours and shapes);
 options name the words the posterior is taken over. The question enters as the frozen MiniLM's token states.
 """
@@ -39,15 +47,24 @@ TILE = 64
 ATTRIBUTES = 19  # P(object), 10 colours, 8 shapes: the builtin VLM's patch attribute head
 MIN_SIDE = 128
 COORD_FREQUENCIES = 4
+IMAGE_TOKENS = ("cells", "objects")
+GEOMETRY = 7  # the last columns of an object token's features: valid, cx, cy, x0, y0, x1, y1 (fractions of the side)
+MASK_SIDE = 8
+PICTURE_GRID = 32  # object tokens' maps are painted onto this grid of the image for the pictures
+
+
+def _fourier(xy: torch.Tensor) -> torch.Tensor:
+    """``(..., 2)`` (x, y) in [-1, 1] -> ``(..., 4F)``: sin and cos at frequencies pi/2 * 2^f, f < F."""
+    f = (torch.pi / 2) * 2.0 ** torch.arange(COORD_FREQUENCIES, device=xy.device)
+    ang = xy[..., None] * f  # (..., 2, F)
+    return torch.cat([ang.sin(), ang.cos()], -1).flatten(-2)
 
 
 def _cell_fourier(grid: int) -> torch.Tensor:
-    """``(grid*grid, 4F)``: sin and cos of (x, y) in [-1, 1] at frequencies pi/2 * 2^f, f < F, raster order."""
+    """``(grid*grid, 4F)``: ``_fourier`` of each cell's centre, raster order."""
     c = (torch.arange(grid) + 0.5) / grid * 2 - 1
     y, x = torch.meshgrid(c, c, indexing="ij")
-    f = (torch.pi / 2) * 2.0 ** torch.arange(COORD_FREQUENCIES)
-    ang = torch.stack([x.reshape(-1), y.reshape(-1)], -1)[..., None] * f  # (N, 2, F)
-    return torch.cat([ang.sin(), ang.cos()], -1).reshape(grid * grid, -1)
+    return _fourier(torch.stack([x.reshape(-1), y.reshape(-1)], -1))
 
 
 @dataclass
@@ -66,15 +83,34 @@ class ReasonerConfig:
     prefix_lm: bool = False
     answers: list[str] = field(default_factory=list)
     vit: ViTConfig = field(default_factory=ViTConfig)
+    image_tokens: str = "cells"  # or "objects" [PROPOSED]: see the module's docstring
+    max_objects: int = 64  # object tokens per image (the largest regions; padded to this many)
+
+    def __post_init__(self):
+        if self.image_tokens not in IMAGE_TOKENS:
+            raise ValueError(f"image_tokens {self.image_tokens!r}: choose one of {IMAGE_TOKENS}")
 
     @property
     def vocab(self) -> list[str]:
         return [*SPECIALS, *self.answers]
 
     @property
+    def descriptor_dim(self) -> int:
+        """What the projection reads per image token. A cell: two ViT tokens (one per scale) and five attribute
+        vectors (one at 128, four at 256). An object: the two scales' token and attribute vector under its
+        centroid, mean RGB, log area, box width and height, fill ratio and its footprint thumbnail."""
+        if self.image_tokens == "cells":
+            return 2 * self.vit.width + 5 * ATTRIBUTES
+        return 2 * (self.vit.width + ATTRIBUTES) + 7 + MASK_SIDE**2
+
+    @property
     def feature_dim(self) -> int:
-        """Per cell: two ViT tokens (one per scale) and five attribute vectors (one at 128, four at 256)."""
-        return 2 * self.vit.width + 5 * ATTRIBUTES
+        """Per image token as cached: the descriptor, plus ``GEOMETRY`` columns for object tokens."""
+        return self.descriptor_dim + (GEOMETRY if self.image_tokens == "objects" else 0)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.grid**2 if self.image_tokens == "cells" else self.max_objects
 
 
 def check_image(image: np.ndarray) -> np.ndarray:
@@ -104,7 +140,7 @@ class BuiltinLatentReasoner(nn.Module):
         self.vit = BuiltinViT(c.vit).requires_grad_(False)
         w = c.vit.width
         self.attributes = nn.Sequential(nn.LayerNorm(w), nn.Linear(w, 256), nn.GELU(), nn.Linear(256, ATTRIBUTES)).requires_grad_(False)
-        self.project = nn.Sequential(nn.LayerNorm(c.feature_dim), nn.Linear(c.feature_dim, d), nn.GELU(), nn.Linear(d, d), nn.LayerNorm(d))
+        self.project = nn.Sequential(nn.LayerNorm(c.descriptor_dim), nn.Linear(c.descriptor_dim, d), nn.GELU(), nn.Linear(d, d), nn.LayerNorm(d))
         # each cell's place as fixed Fourier features of (x, y): "right of the anchor" is then a smooth function a query
         # can express from the first step, which learned position tables only become after long training
         self.coords = nn.Linear(4 * COORD_FREQUENCIES, d, bias=False)
@@ -125,15 +161,11 @@ class BuiltinLatentReasoner(nn.Module):
 
     # ---- vision (frozen)
     @torch.no_grad()
-    def features(self, images: np.ndarray) -> torch.Tensor:
-        """RGB uint8 ``(N, H, W, 3)`` (or one image) -> ``(N, grid*grid, feature_dim)`` frozen cell features."""
-        images = np.asarray(images)
-        if images.ndim == 3:
-            images = images[None]
-        for im in images:
-            check_image(im)
+    def _patch_grids(self, images: np.ndarray) -> dict[int, torch.Tensor]:
+        """Per scale: ``(N, side/8, side/8, width + ATTRIBUTES)`` the frozen ViT's patch tokens and attribute
+        probabilities (P(object), colour, shape) over 64x64 tiles of the image resized to ``side``."""
         self.vit.eval()
-        parts = []
+        out = {}
         for side in SCALES:
             small = resize_frames(images, (side, side))
             n, t = len(small), side // TILE
@@ -144,18 +176,78 @@ class BuiltinLatentReasoner(nn.Module):
             attr = self.attributes(tok)
             attr = torch.cat([torch.sigmoid(attr[..., :1]), F.softmax(attr[..., 1:11], -1), F.softmax(attr[..., 11:], -1)], -1)
             both = torch.cat([tok, attr], -1)  # (n*t*t, g*g, w + 19)
-            grid = both.reshape(n, t, t, g, g, -1).permute(0, 1, 3, 2, 4, 5).reshape(n, t * g, t * g, -1)  # (n, side/8, side/8, .)
-            f = t * g // self.config.grid  # patches per cell side: 1 at 128, 2 at 256
+            out[side] = both.reshape(n, t, t, g, g, -1).permute(0, 1, 3, 2, 4, 5).reshape(n, t * g, t * g, -1)
+        return out
+
+    @torch.no_grad()
+    def features(self, images: np.ndarray) -> torch.Tensor:
+        """RGB uint8 ``(N, H, W, 3)`` (or one image) -> ``(N, num_tokens, feature_dim)`` frozen image-token features."""
+        images = np.asarray(images)
+        if images.ndim == 3:
+            images = images[None]
+        for im in images:
+            check_image(im)
+        grids = self._patch_grids(images)
+        if self.config.image_tokens == "objects":
+            return torch.stack([self._object_features(im, {s: g[i] for s, g in grids.items()}) for i, im in enumerate(images)])
+        parts, w = [], self.config.vit.width
+        for side in SCALES:
+            grid = grids[side]
+            n, f = len(grid), grid.shape[1] // self.config.grid  # patches per cell side: 1 at 128, 2 at 256
             cells = grid.reshape(n, self.config.grid, f, self.config.grid, f, -1).permute(0, 1, 3, 2, 4, 5)
             cells = cells.reshape(n, self.config.grid**2, f * f, -1)
-            w = self.config.vit.width
             parts += [cells[..., :w].mean(2), cells[..., w:].flatten(2)]
         return torch.cat(parts, -1)
+
+    def _object_features(self, image: np.ndarray, grids: dict[int, torch.Tensor]) -> torch.Tensor:
+        """``(max_objects, feature_dim)`` one image's object tokens (largest regions first, zero rows as padding)."""
+        import cv2
+
+        from planners.object_proposals import propose_objects
+
+        c = self.config
+        h, w = image.shape[:2]
+        out = torch.zeros(c.max_objects, c.feature_dim, device=self.device)
+        for j, p in enumerate(propose_objects(image, limit=c.max_objects)):
+            cx, cy = p.centre
+            reads = []
+            for side in SCALES:
+                g = grids[side]
+                reads.append(g[min(int(cy / h * g.shape[0]), g.shape[0] - 1), min(int(cx / w * g.shape[1]), g.shape[1] - 1)])
+            x0, y0, x1, y1 = p.box
+            bw, bh = (x1 - x0) / w, (y1 - y0) / h
+            thumb = cv2.resize(p.mask.astype(np.float32), (MASK_SIDE, MASK_SIDE), interpolation=cv2.INTER_AREA)
+            shape_terms = [*(v / 255 for v in p.color), np.log(p.area / (h * w) * 4096 + 1), bw * 8, bh * 8,
+                           p.area / max(1, (x1 - x0) * (y1 - y0))]
+            geometry = [1.0, cx / w, cy / h, x0 / w, y0 / h, x1 / w, y1 / h]
+            extra = torch.tensor([*shape_terms, *thumb.ravel(), *geometry], dtype=torch.float32, device=self.device)
+            out[j] = torch.cat([*reads, extra])
+        return out
+
+    def token_geometry(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(B, N, F)`` -> each image token's centre ``(B, N, 2)`` and box ``(B, N, 4)`` (x, y as fractions of
+        the image's width and height) and whether it is a real token ``(B, N)`` (object padding is not)."""
+        b = len(features)
+        if self.config.image_tokens == "objects":
+            geo = features[..., -GEOMETRY:].float()
+            valid = geo[..., 0] > 0.5
+            valid[:, 0] |= ~valid.any(1)  # an image with no object: its first padding token stands in, so maps stay defined
+            return geo[..., 1:3], geo[..., 3:], valid
+        g = self.config.grid
+        c = (torch.arange(g, device=features.device) + 0.5) / g
+        y, x = torch.meshgrid(c, c, indexing="ij")
+        centres = torch.stack([x.reshape(-1), y.reshape(-1)], -1)
+        boxes = torch.cat([centres - 0.5 / g, centres + 0.5 / g], -1)
+        return centres.expand(b, -1, -1), boxes.expand(b, -1, -1), torch.ones(b, g * g, dtype=torch.bool, device=features.device)
 
     # ---- the prefix
     def image_tokens(self, features: torch.Tensor) -> torch.Tensor:
         """``(B, N, feature_dim)`` -> the image tokens' input embeddings ``(B, N, d)`` (projection + 2-D position):
-        the space slot targets and the slot-to-image maps live in."""
+        the space slot targets and the slot-to-image maps live in. Object padding gets the padding embedding."""
+        if self.config.image_tokens == "objects":
+            centres, _, valid = self.token_geometry(features)
+            tokens = self.project(features[..., : self.config.descriptor_dim]) + self.coords(_fourier(centres * 2 - 1))
+            return torch.where(valid[..., None], tokens, self.kind[2].expand_as(tokens))
         g = self.config.grid
         pos = (self.row[:, None] + self.col[None]).reshape(g * g, -1) + self.coords(self.cell_xy)
         return self.project(features) + pos
@@ -177,7 +269,10 @@ class BuiltinLatentReasoner(nn.Module):
                 raise InputError("options", f"{len(oi)} options", f"pass 1 to {c.max_options}")
             q[i, : len(qi)] = self.text_in(qi.to(dev)) + self.kind[0]
             o[i, : len(oi)] = self.option_in(oi.to(dev)) + self.option_slot[: len(oi)] + self.kind[1]
-        return {"embeds": torch.cat([img, q, o], 1), "image": img}
+        pre = {"embeds": torch.cat([img, q, o], 1), "image": img}
+        if c.image_tokens == "objects":  # the maps, losses and norms over the image skip object padding
+            pre["image_mask"] = self.token_geometry(features.to(dev))[2]
+        return pre
 
     # ---- LatentCore
     def token_embeds(self, ids: torch.Tensor) -> torch.Tensor:
@@ -208,7 +303,11 @@ class BuiltinLatentReasoner(nn.Module):
         return out.last_hidden_state, self.head(out.last_hidden_state)
 
     def image_norm(self, prefix: dict) -> torch.Tensor:
-        return prefix["image"].norm(dim=-1).mean(-1)
+        norms = prefix["image"].norm(dim=-1)
+        mask = prefix.get("image_mask")
+        if mask is None:
+            return norms.mean(-1)
+        return (norms * mask).sum(-1) / mask.sum(-1).clamp(min=1)
 
     # ---- answers
     def answer_ids(self, options: list[str]) -> list[int]:
@@ -253,6 +352,20 @@ class BuiltinLatentReasoner(nn.Module):
         model.vit.load_state_dict(vlm_model.vit.state_dict())
         model.attributes.load_state_dict(vlm_model.attributes.state_dict())
         return model
+
+
+def paint_on_grid(weights: torch.Tensor, boxes: torch.Tensor, grid: int) -> torch.Tensor:
+    """``(K, N)`` maps over object tokens -> ``(K, grid, grid)`` maps over the image: each token's weight spread
+    evenly over the cells whose centres lie in its box (at least the cell under the box's centre), so each map
+    still sums to what it did."""
+    c = (torch.arange(grid, device=weights.device) + 0.5) / grid
+    y, x = torch.meshgrid(c, c, indexing="ij")
+    x, y = x.reshape(-1), y.reshape(-1)
+    inside = ((x[None] >= boxes[:, :1]) & (x[None] <= boxes[:, 2:3]) & (y[None] >= boxes[:, 1:2]) & (y[None] <= boxes[:, 3:])).float()
+    centre = ((boxes[:, :2] + boxes[:, 2:]) / 2 * grid).long().clamp(0, grid - 1)
+    inside[torch.arange(len(boxes)), centre[:, 1] * grid + centre[:, 0]] = 1.0
+    spread = inside / inside.sum(-1, keepdim=True)  # (N, grid*grid)
+    return (weights @ spread).reshape(-1, grid, grid)
 
 
 class BuiltinReasoner:
@@ -302,15 +415,20 @@ class BuiltinReasoner:
         k = self.trained_slots if num_slots is None else check_num_slots(num_slots)
         ids = self.model.answer_ids(options)
         m = self.model
-        pre = m.prefix(m.features(check_image(image)), self.text.tokens([question]), [self.text.encode(options)])
-        g = m.config.grid
+        features = m.features(check_image(image))
+        pre = m.prefix(features, self.text.tokens([question]), [self.text.encode(options)])
+        g = m.config.grid if m.config.image_tokens == "cells" else PICTURE_GRID
         if k == 0:
             _, first = m.begin(pre)
             logits, slots, amap, started = first[0], torch.zeros(0, m.config.d_model), torch.zeros(0, g, g), False
         else:
             r = rollout(m, pre, k, slot_norm=m.config.slot_norm)
             logits, slots = r.answer_logits[0], r.slot_inputs[0]
-            amap = slot_attention(r.slot_inputs, pre["image"], tau)[0].reshape(k, g, g)
+            weights = slot_attention(r.slot_inputs, pre["image"], tau, pre.get("image_mask"))[0]  # (K, N)
+            if m.config.image_tokens == "cells":
+                amap = weights.reshape(k, g, g)
+            else:
+                amap = paint_on_grid(weights, m.token_geometry(features)[1][0], g)
             started = bool(r.first_logits[0].argmax() == START)
         post = torch.softmax(logits[ids].double(), -1).cpu().numpy()
         i = int(post.argmax())

@@ -229,6 +229,30 @@ def test_codebook_plan_writes_code_vectors_into_every_stream_in_reveal_order():
             assert torch.allclose(target_rows[done], planner.vit_in(flat[done]), atol=1e-6)
 
 
+def test_keep_source_keeps_likely_source_codes_and_reveals_the_rest_once():
+    src = source(GRID, seed=3)
+    req = PlanRequest(prompt="make the red square blue", sources=[src], task="v2v")
+    n = GRID[0] * GRID[1] * GRID[2]
+    plain = tiny_codebook_planner().plan(req, generator=0)
+    assert plain.reveal_counts == maskgit.reveal_counts(n, 3)  # keep_source None: unchanged
+    planner = tiny_codebook_planner(keep_source=1e-9)  # every source code is kept
+    infos: list[dict] = []
+    out = planner.plan(req, generator=0, callback=lambda step, info: infos.append(info))
+    src_codes = planner.quantize(src.tokens.reshape(n, TOKEN_DIM))
+    assert torch.equal(out.codes.reshape(n), src_codes) and out.reveal_counts == [n] and len(infos) == 1
+    some = tiny_codebook_planner(keep_source=0.15)
+    with torch.no_grad():
+        out = some.plan(req, generator=0, callback=lambda step, info: infos.append(info))
+    kept = out.reveal_counts[0]
+    assert 0 < kept < n, "pick a threshold that keeps some codes for this toy"
+    assert sorted(out.order.tolist()) == list(range(n)) and sum(out.reveal_counts) == n
+    assert torch.equal(out.codes.reshape(n)[out.order[:kept]], src_codes[out.order[:kept]])
+    t2v = tiny_codebook_planner(keep_source=1e-9).plan(PlanRequest(prompt="a red square", task="t2v"), generator=0)
+    assert t2v.reveal_counts == maskgit.reveal_counts(n, 3)  # no source video: nothing to keep
+    with pytest.raises(InputError, match="keep_source"):
+        SemanticPlannerConfig(head="codebook", keep_source=0.0)
+
+
 def test_temperature_zero_plan_is_deterministic():
     planner = tiny_codebook_planner()
     a = planner.plan("a blue circle", temperature=0.0, generator=torch.Generator().manual_seed(5))

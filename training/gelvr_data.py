@@ -63,66 +63,75 @@ def cell_centres(grid: int, size: float = SIZE) -> np.ndarray:
     return np.stack([xs.ravel(), ys.ravel()], -1)
 
 
-def box_cells(box, grid: int, size: float = SIZE) -> np.ndarray:
-    """Indices of the cells whose centres lie in ``box``; at least the cell under the box's centre."""
-    xy = cell_centres(grid, size)
+def _nearest(xy: np.ndarray, point) -> int:
+    return int(np.argmin(np.hypot(xy[:, 0] - point[0], xy[:, 1] - point[1])))
+
+
+def box_cells(box, grid: int, size: float = SIZE, xy: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the tokens (the grid's cells, or the tokens centred at ``xy``) whose centres lie in ``box``; at
+    least the one nearest the box's centre."""
+    xy = cell_centres(grid, size) if xy is None else xy
     x0, y0, x1, y1 = box
     inside = np.nonzero((xy[:, 0] >= x0) & (xy[:, 0] <= x1) & (xy[:, 1] >= y0) & (xy[:, 1] <= y1))[0]
-    if len(inside):
-        return inside
-    return np.array([nearest_cell(((x0 + x1) / 2, (y0 + y1) / 2), grid, size)])
+    return inside if len(inside) else np.array([_nearest(xy, ((x0 + x1) / 2, (y0 + y1) / 2))])
 
 
-def nearest_cell(point, grid: int, size: float = SIZE) -> int:
-    x, y = point
-    col = int(np.clip(x * grid / size, 0, grid - 1))
-    row = int(np.clip(y * grid / size, 0, grid - 1))
-    return row * grid + col
-
-
-def disc_cells(x: float, y: float, r: float, grid: int, size: float = SIZE) -> np.ndarray:
-    """Cells whose centres lie within ``r`` of (x, y); at least the cell under it."""
-    xy = cell_centres(grid, size)
+def disc_cells(x: float, y: float, r: float, xy: np.ndarray) -> np.ndarray:
+    """Tokens whose centres lie within ``r`` of (x, y); at least the nearest."""
     inside = np.nonzero(np.hypot(xy[:, 0] - x, xy[:, 1] - y) <= r)[0]
-    return inside if len(inside) else np.array([nearest_cell((x, y), grid, size)])
+    return inside if len(inside) else np.array([_nearest(xy, (x, y))])
 
 
-def region_cells(item: Item, grid: int) -> np.ndarray:
-    """Cells whose centres lie in the relation's region beyond the anchor (worldgen spatial's rule)."""
+def region_cells(item: Item, xy: np.ndarray) -> np.ndarray:
+    """Tokens whose centres lie in the relation's region beyond the anchor (worldgen spatial's rule)."""
     from worldgen.tasks.spatial import in_region
 
     x0, y0 = item.path[:2]
     anchor = {"x": x0, "y": y0, "r": item.radii[0]}
-    xy = cell_centres(grid, item.image_size)
     inside = [i for i, (x, y) in enumerate(xy) if in_region(anchor, {"x": x, "y": y}, item.relation, item.image_size)]
-    return np.array(inside) if inside else np.array([nearest_cell(item.path[2:], grid, item.image_size)])
+    return np.array(inside) if inside else np.array([_nearest(xy, item.path[2:])])
 
 
-def target_groups(item: Item, k: int, grid: int, kind: str = "chain") -> list[np.ndarray]:
-    """Per slot, the image-token indices whose mean is its target."""
+def target_groups(item: Item, k: int, grid: int, kind: str = "chain", xy: np.ndarray | None = None) -> list[np.ndarray]:
+    """Per slot, the image-token indices whose mean is its target. The tokens are the grid's cells, or (object
+    tokens) the real tokens centred at ``xy`` ``(N, 2)`` pixels."""
+    xy = cell_centres(grid, item.image_size) if xy is None else xy
     if kind == "chain":
         (ax, ay, tx, ty), (ar, tr) = item.path, item.radii
-        stages = [disc_cells(ax, ay, ar, grid, item.image_size), region_cells(item, grid), disc_cells(tx, ty, tr, grid, item.image_size),
-                  np.array([nearest_cell((tx, ty), grid, item.image_size)])]
+        stages = [disc_cells(ax, ay, ar, xy), region_cells(item, xy), disc_cells(tx, ty, tr, xy), np.array([_nearest(xy, (tx, ty))])]
         picks = np.round(np.linspace(0, 3, k)).astype(int) if k > 1 else np.array([3])
         return [stages[i] for i in picks]
     if kind == "roi":
         x0, y0, x1, y1 = item.path
         ts = np.linspace(0, 1, k) if k > 1 else np.ones(1)
-        return [np.array([nearest_cell((x0 + t * (x1 - x0), y0 + t * (y1 - y0)), grid, item.image_size)]) for t in ts]
+        return [np.array([_nearest(xy, (x0 + t * (x1 - x0), y0 + t * (y1 - y0)))]) for t in ts]
     if kind == "chunks":
-        cells = box_cells(item.box, grid, item.image_size)
+        cells = box_cells(item.box, grid, item.image_size, xy)
         if len(cells) < k:
             cells = np.resize(cells, k)
         return list(np.array_split(cells, k))
     raise ValueError(f"targets {kind!r}: choose one of {TARGETS}")
 
 
-def slot_targets(image_tokens: torch.Tensor, items: list[Item], k: int, grid: int, kind: str = "chain") -> torch.Tensor:
-    """``(B, K, d)``: the slot targets read from the (detached) image tokens ``(B, N, d)``."""
+def token_layout(model, features: torch.Tensor, items: list[Item]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per item, its real image tokens' centres ``(N_i, 2)`` and boxes ``(N_i, 4)`` in the item's pixels (real
+    tokens come first: object padding is at the end)."""
+    centres, boxes, valid = model.token_geometry(features)
+    xy, bx = [], []
+    for c, b, v, it in zip(centres, boxes, valid, items):
+        xy.append(c[v].double().cpu().numpy() * it.image_size)
+        bx.append(b[v].double().cpu().numpy() * it.image_size)
+    return xy, bx
+
+
+def slot_targets(image_tokens: torch.Tensor, items: list[Item], k: int, grid: int, kind: str = "chain",
+                 centres: list[np.ndarray] | None = None) -> torch.Tensor:
+    """``(B, K, d)``: the slot targets read from the (detached) image tokens ``(B, N, d)``; ``centres`` per item
+    (``token_layout``) for object tokens, None for the grid's cells."""
     rows = []
-    for toks, it in zip(image_tokens, items):
-        rows.append(torch.stack([toks[torch.as_tensor(g)].mean(0) for g in target_groups(it, k, grid, kind)]))
+    for b, (toks, it) in enumerate(zip(image_tokens, items)):
+        xy = None if centres is None else centres[b]
+        rows.append(torch.stack([toks[torch.as_tensor(g)].mean(0) for g in target_groups(it, k, grid, kind, xy)]))
     return torch.stack(rows).detach()
 
 
@@ -133,6 +142,9 @@ class SpatialSet:
     def __init__(self, split: str, n: int, model, text, seed: int = 0, cache: str | Path | None = None):
         self.split, self.n = split, int(n)
         path = Path(cache) if cache else None
+        tokens = getattr(model.config, "image_tokens", "cells")
+        if path is not None and tokens != "cells":  # another kind of image token: its own cache beside the cells'
+            path = path.with_name(f"{path.name}_{tokens}")
         if path is not None and path.with_suffix(".json").is_file():
             meta = json.loads(path.with_suffix(".json").read_text())
             if meta["split"] == split and meta["n"] >= n and meta["seed"] == seed:

@@ -96,7 +96,7 @@ def replay_group(core, pre: dict, roll: dict, recipe: RLRecipe) -> dict:
     first, answer = roll["tokens"][:, 0], roll["tokens"][:, 1]
     logp = torch.stack([_tokens_logp(out["first_logits"], first, recipe.temperature),
                         _tokens_logp(out["answer_logits"], answer, recipe.temperature)], 1)
-    return {"logp": logp, "mu": out["means"], "image": pre["image"]}
+    return {"logp": logp, "mu": out["means"], "image": pre["image"], "image_mask": pre.get("image_mask")}
 
 
 def collect(model, data, prompt_idx: np.ndarray, recipe: RLRecipe, gen: torch.Generator) -> dict:
@@ -130,7 +130,7 @@ def r_geo_on(model, reference, data, num: int = 100) -> float:
     r = rollout(model, pre, model.config.num_slots, slot_norm=model.config.slot_norm)
     pre_ref, _ = batch_inputs(reference, data, idx)
     ref = replay(reference, pre_ref, r.slot_inputs)
-    return round(float(geometry_regulariser(r.means, ref["means"], pre_ref["image"])), 5)
+    return round(float(geometry_regulariser(r.means, ref["means"], pre_ref["image"], mask=pre_ref.get("image_mask"))), 5)
 
 
 def train_rl(out: str | Path, init: str | Path, recipe: RLRecipe = RLRecipe(), cache: str | Path = "outputs/gelvr",
@@ -191,7 +191,7 @@ def train_rl(out: str | Path, init: str | Path, recipe: RLRecipe = RLRecipe(), c
                 now = replayed(model, train, sub, recipe)
                 loss, metrics = objective(adv=adv, logp=now["logp"], logp_old=sub["logp_old"], logp_ref=ref["logp"],
                                           text_mask=sub["text_mask"], mu=now["mu"], mu_old=sub["mu_old"], mu_ref=ref["mu"], z=sub["z"],
-                                          latent_mask=sub["started"], image_tokens=ref["image"])
+                                          latent_mask=sub["started"], image_tokens=ref["image"], image_mask=ref["image_mask"])
                 opt.zero_grad()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -55,6 +55,7 @@ class SFTRecipe:
     d_model: int = 128
     layers: int = 4
     prefix_lm: bool = True
+    image_tokens: str = "cells"  # or "objects": planners/latent_builtin.py [PROPOSED]
     train_items: int = 6000
     val_items: int = 300
     eval_every: int = 300
@@ -93,6 +94,13 @@ def batch_inputs(model, data, idx: np.ndarray) -> tuple[dict, list]:
     return pre, [data.items[i] for i in idx]
 
 
+def batch_layout(model, data, idx: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``training.gelvr_data.token_layout`` of items ``idx``: their image tokens' centres and boxes in pixels."""
+    from training.gelvr_data import token_layout
+
+    return token_layout(model, data.features[idx], [data.items[i] for i in idx])
+
+
 def latent_sft_losses(core, pre: dict, targets: torch.Tensor | None, answer_ids: torch.Tensor, recipe: SFTRecipe) -> dict[str, torch.Tensor]:
     """The SFT terms on any ``planners.latent.LatentCore``: ``targets`` ``(B, K, d)`` the slot targets (None: the
     direct variant, whose first token is the answer), ``answer_ids`` ``(B,)`` the answer tokens."""
@@ -119,7 +127,7 @@ def latent_sft_losses(core, pre: dict, targets: torch.Tensor | None, answer_ids:
     losses = {"ce": F.cross_entropy(first.float(), start) + F.cross_entropy(answer.float(), answer_ids)}
     v, p = targets.float(), p.float()
     terms = {"pt": lambda: geo.pointwise_loss(h, v, recipe.pointwise), "gram": lambda: geo.gram_loss(h, v),
-             "cross": lambda: geo.cross_kl(h, v, p, recipe.tau), "cka": lambda: geo.cka_loss(h, v), "rkd": lambda: geo.rkd_loss(h, v)}
+             "cross": lambda: geo.cross_kl(h, v, p, recipe.tau, pre.get("image_mask")), "cka": lambda: geo.cka_loss(h, v), "rkd": lambda: geo.rkd_loss(h, v)}
     for name, weight in recipe.weights().items():
         losses[name] = weight * terms[name]()
     return losses
@@ -133,14 +141,16 @@ def sft_losses(model, data, idx: np.ndarray, recipe: SFTRecipe) -> dict[str, tor
     answers = torch.tensor([model.answer_ids([it.answer])[0] for it in items], device=model.device)
     targets = None
     if recipe.slots:
-        targets = slot_targets(pre["image"].detach(), items, recipe.slots, model.config.grid, recipe.targets)
+        centres = batch_layout(model, data, idx)[0]
+        targets = slot_targets(pre["image"].detach(), items, recipe.slots, model.config.grid, recipe.targets, centres)
     return latent_sft_losses(model, pre, targets, answers, recipe)
 
 
 @torch.no_grad()
 def item_rows(model, data, num_slots: int, batch: int = 50, limit: int | None = None) -> list[dict]:
     """Per item, greedy: whether the answer is right, the item's level and asked size, and (with slots) whether the
-    peak of the slots' mean map over the image lies in a cell that overlaps the evidence box (``pointing``)."""
+    peak of the slots' mean map over the image lies on an image token (a cell, an object) whose box overlaps the
+    evidence box (``pointing``)."""
     from planners.latent import rollout, slot_attention
 
     was_training = model.training
@@ -156,8 +166,9 @@ def item_rows(model, data, num_slots: int, batch: int = 50, limit: int | None = 
         else:
             r = rollout(model, pre, num_slots, slot_norm=model.config.slot_norm)
             logits = r.answer_logits
-            amap = slot_attention(r.slot_inputs, pre["image"]).mean(1)  # (B, N)
-            point = [cell_hits_box(int(a.argmax()), it.box, model.config.grid) for a, it in zip(amap, items)]
+            amap = slot_attention(r.slot_inputs, pre["image"], mask=pre.get("image_mask")).mean(1)  # (B, N)
+            boxes = batch_layout(model, data, idx)[1]
+            point = [boxes_overlap(b[int(a.argmax())], it.box) for a, b, it in zip(amap, boxes, items)]
         for i, lg, it, pt in zip(idx, logits, items, point):
             ids = model.answer_ids(it.options)
             rows.append({"item": int(i), "correct": it.options[int(lg[ids].argmax())] == it.answer, "level": it.level,
@@ -181,16 +192,20 @@ def slot_diagnostics(model, data, num_slots: int, targets: str = "chain", n: int
     for s in range(0, min(n, len(data)), batch):
         idx = np.arange(s, min(n, len(data), s + batch))
         pre, items = batch_inputs(model, data, idx)
-        v = slot_targets(pre["image"], items, num_slots, model.config.grid, targets)
+        centres = batch_layout(model, data, idx)[0]
+        v = slot_targets(pre["image"], items, num_slots, model.config.grid, targets, centres)
         r = rollout(model, pre, num_slots, slot_norm=model.config.slot_norm)
         tf = replay(model, pre, teacher_forced_inputs(model, pre, v))
-        mean = pre["image"].mean(1, keepdim=True).expand_as(v)
+        mask = pre.get("image_mask")
+        weights = torch.ones(pre["image"].shape[:2], device=v.device) if mask is None else mask.float()
+        mean = ((pre["image"] * weights[..., None]).sum(1, keepdim=True) / weights.sum(1)[:, None, None]).expand_as(v)
         sums["cos_free"] = sums["cos_free"] + F.cosine_similarity(r.hidden_before, v, dim=-1).sum(0)
         sums["cos_teacher"] = sums["cos_teacher"] + F.cosine_similarity(tf["hidden_before"], v, dim=-1).sum(0)
         sums["cos_mean_token"] = sums["cos_mean_token"] + F.cosine_similarity(mean, v, dim=-1).sum(0)
-        peaks = slot_attention(r.slot_inputs, pre["image"]).argmax(-1)  # (B, K)
-        hits = torch.tensor([[int(peaks[b, k]) in set(g.tolist()) for k, g in enumerate(target_groups(it, num_slots, model.config.grid, targets))]
-                             for b, it in enumerate(items)], dtype=torch.float32)
+        peaks = slot_attention(r.slot_inputs, pre["image"], mask=mask).argmax(-1)  # (B, K)
+        groups = [target_groups(it, num_slots, model.config.grid, targets, xy) for it, xy in zip(items, centres)]
+        hits = torch.tensor([[int(peaks[b, k]) in set(g.tolist()) for k, g in enumerate(gs)] for b, gs in enumerate(groups)],
+                            dtype=torch.float32)
         sums["peak_on_target"] = sums["peak_on_target"] + hits.sum(0)
         count += len(idx)
     model.train(was_training)
@@ -215,12 +230,9 @@ def evaluate(model, data, num_slots: int, batch: int = 50, limit: int | None = N
     return summarise_rows(item_rows(model, data, num_slots, batch, limit))
 
 
-def cell_hits_box(cell: int, box, grid: int, size: float = 512) -> bool:
-    """Whether the cell's rectangle overlaps the box."""
-    r, c = divmod(cell, grid)
-    w = size / grid
-    x0, y0, x1, y1 = box
-    return c * w <= x1 and (c + 1) * w >= x0 and r * w <= y1 and (r + 1) * w >= y0
+def boxes_overlap(a, b) -> bool:
+    """Whether two xyxy boxes overlap (touching counts)."""
+    return a[0] <= b[2] and a[2] >= b[0] and a[1] <= b[3] and a[3] >= b[1]
 
 
 def build_model(recipe: SFTRecipe):
@@ -229,7 +241,7 @@ def build_model(recipe: SFTRecipe):
 
     vlm = load_builtin_vlm()
     cfg = ReasonerConfig(d_model=recipe.d_model, layers=recipe.layers, num_slots=recipe.slots, prefix_lm=recipe.prefix_lm,
-                         answers=answer_vocab())
+                         answers=answer_vocab(), image_tokens=recipe.image_tokens)
     return BuiltinLatentReasoner.from_vlm(vlm.model, cfg), vlm.text
 
 
@@ -293,12 +305,15 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int)
     ap.add_argument("--num-slots", type=int)
     ap.add_argument("--targets", choices=("chain", "roi", "chunks"))
+    ap.add_argument("--image-tokens", choices=("cells", "objects"), help="a grid of cells, or one token per proposed object")
+    ap.add_argument("--train-items", type=int)
+    ap.add_argument("--eval-every", type=int)
     ap.add_argument("--cache", default="outputs/gelvr", help="folder of the cached image features (made on first use)")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     recipe = SFTRecipe(variant=args.variant)
-    for name in ("steps", "num_slots", "targets"):
+    for name in ("steps", "num_slots", "targets", "image_tokens", "train_items", "eval_every"):
         if getattr(args, name) is not None:
             setattr(recipe, name, getattr(args, name))
     facts = train_sft(args.out, recipe, args.cache, resume=not args.no_resume)

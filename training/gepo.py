@@ -104,11 +104,12 @@ class GePOLoss:
 
     def __call__(self, *, adv: torch.Tensor, logp: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Tensor,
                  text_mask: torch.Tensor, mu: torch.Tensor, mu_old: torch.Tensor, mu_ref: torch.Tensor, z: torch.Tensor,
-                 latent_mask: torch.Tensor, image_tokens: torch.Tensor) -> tuple[torch.Tensor, dict]:
+                 latent_mask: torch.Tensor, image_tokens: torch.Tensor,
+                 image_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """``adv`` ``(B,)``; text ``(B, T)`` log-probs of the sampled tokens now / at rollout / under the reference and
         their mask; slots ``(B, K, d)`` the policy's means now / at rollout / the reference's on the same inputs, the
         directions fed back ``z``, and ``latent_mask`` ``(B,)`` (rollouts that ran slots); ``image_tokens`` ``(B, N, d)``
-        for R_geo. Returns (loss to minimise, metrics)."""
+        for R_geo, ``image_mask`` ``(B, N)`` its real tokens (None: all). Returns (loss to minimise, metrics)."""
         text_obj, clip_t = clipped_surrogate(logp - logp_old, adv, text_mask, self.eps_text_low, self.eps_text_high)
         tm = text_mask.to(logp.dtype)
         kl_text = (k3_kl(logp, logp_ref) * tm).sum(-1) / tm.sum(-1).clamp(min=1)
@@ -123,7 +124,8 @@ class GePOLoss:
             kl_lat = self.latent_kl(mu, mu_ref).mean(-1)
             objective = objective + self.alpha * lat_obj * lat - self.beta_vmf * kl_lat * lat
             metrics.update(clipfrac_latent=float(clip_l.detach()), kl_latent=float(kl_lat[lat].detach().mean()))
-        r_geo = geo.geometry_regulariser(mu[lat], mu_ref[lat], image_tokens[lat], self.tau) if lat.any() else mu.sum() * 0
+        mask = None if image_mask is None else image_mask[lat]
+        r_geo = geo.geometry_regulariser(mu[lat], mu_ref[lat], image_tokens[lat], self.tau, mask) if lat.any() else mu.sum() * 0
         metrics["r_geo"] = float(r_geo.detach())
         loss = -objective.mean() + self.lambda_geo * r_geo
         return loss, metrics

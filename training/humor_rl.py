@@ -209,6 +209,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int)
     ap.add_argument("--lr", type=float)
     ap.add_argument("--batch", type=int, help="completions per step (whole groups of G; default 16)")
+    ap.add_argument("--group", type=int, help="completions per scene, G (default 8); --batch must be a multiple")
     ap.add_argument("--top-p", type=float, help="nucleus mass of the rollouts (default 0.95 [PROPOSED]; published 1.0)")
     ap.add_argument("--format-paths", type=int, help="also check K reasoning paths in the format reward [PROPOSED]")
     ap.add_argument("--tiny", action="store_true")
@@ -217,7 +218,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     recipe = tiny_recipe() if args.tiny else RLRecipe()
     over = {k: v for k, v in (("steps", args.steps), ("reward", args.reward), ("lr", args.lr), ("format_paths", args.format_paths),
-                                     ("top_p", args.top_p), ("batch", args.batch)) if v}
+                                     ("top_p", args.top_p), ("batch", args.batch), ("group", args.group)) if v}
     recipe = RLRecipe(**{**asdict(recipe), **over})
     facts = train_rl(args.out, args.sft, recipe, args.reward_model, resume=not args.no_resume)
     print(json.dumps({k: v for k, v in facts.items() if k != "curve"}))

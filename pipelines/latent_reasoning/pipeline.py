@@ -3,8 +3,9 @@
 
 image + question + options -> the reasoner emits ``<start>``, K slots are forced (each slot's input is the
 previous position's last hidden state, its mean direction at inference), ``<end>`` is forced -> the answer
-posterior over the options. For each slot, where it looks: the slot-to-image map over the image's token grid;
-the region the slots found is the box around the cells holding most of their mean map, shown enlarged:
+posterior over the options. For each slot, where it looks: the slot-to-image map over the image's token grid
+(a reasoner over object tokens paints each object's weight over the cells of its box); the region the slots
+found is the box around the cells holding most of their mean map, shown enlarged:
 
     pipe = LatentReasoningPipeline.build(components={"reasoner": "builtin"})
     out = pipe("scene.png", "What colour is the small star right of the large triangle?", ["red", "blue", "green", "white"])

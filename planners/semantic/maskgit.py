@@ -144,7 +144,7 @@ CodeCallback = Callable[[int, torch.Tensor, torch.Tensor], None]
 def run_confidence_loop(num_tokens: int, steps: int, predict_logits: PredictLogits, write: WriteCodes, *,
                         generator: torch.Generator | None = None, temperature: float = 1.0,
                         choice_temperature: float = 4.5, callback: CodeCallback | None = None,
-                        device: torch.device | str = "cpu") -> tuple[torch.Tensor, list[int]]:
+                        device: torch.device | str = "cpu", given: torch.Tensor | None = None) -> tuple[torch.Tensor, list[int]]:
     """MaskGIT's decoding loop over ``num_tokens`` positions: ``(order, counts)``.
 
     Step ``s``: ``logits = predict_logits(s, masked)`` ``(m, K)`` for every still-masked position (``masked``
@@ -153,15 +153,24 @@ def run_confidence_loop(num_tokens: int, steps: int, predict_logits: PredictLogi
     most confident positions (ties: lower position first) are passed to ``write(positions, codes)``, most
     confident first, then to ``callback(s, positions, codes)``. ``order`` lists the positions in the order they
     were written. Every position is written exactly once (counted; a ``RuntimeError`` otherwise, a bug).
+
+    ``given`` ``(num_tokens,)`` bool: positions the caller has already written (an edit's kept source codes);
+    the loop reveals only the others, over the same number of steps (fewer if fewer remain), and ``order``
+    lists only what it wrote.
     """
     n = _check_count("num_tokens", num_tokens)
-    counts = reveal_counts(n, steps)
+    if given is not None and (given.dtype != torch.bool or given.shape != (n,)):
+        raise InputError("given", tuple(getattr(given, "shape", ())), f"pass a bool ({n},) mask of the positions already written")
+    free = n - (int(given.sum()) if given is not None else 0)
+    if free == 0:
+        return torch.zeros(0, dtype=torch.long, device=torch.device(device)), []
+    counts = reveal_counts(free, steps)
     if not isinstance(choice_temperature, Real) or isinstance(choice_temperature, bool) \
             or not math.isfinite(choice_temperature) or choice_temperature < 0:
         raise InputError("choice_temperature", choice_temperature, "use a finite number >= 0 (MaskGIT uses 4.5)")
     device = torch.device(device)
-    masked = torch.ones(n, dtype=torch.bool, device=device)
-    written = torch.zeros(n, dtype=torch.long)
+    masked = torch.ones(n, dtype=torch.bool, device=device) if given is None else ~given.to(device)
+    written = torch.zeros(n, dtype=torch.long) if given is None else given.cpu().long()
     order = []
     for step, k in enumerate(counts):
         positions = masked.nonzero()[:, 0]

@@ -140,6 +140,10 @@ class SemanticPlannerConfig:
     codebook_size: int = 512
     reveal: str | None = None
     choice_temperature: float = 4.5
+    # [PROPOSED] v2v with the codebook head: a target position whose source code has at least this probability
+    # under the first step's logits (everything masked) keeps the source's code, and MaskGIT reveals only the
+    # rest (MaskGIT-style editing: keep what the model finds likely, regenerate the remainder); None: off
+    keep_source: float | None = None
 
     def __post_init__(self):
         self.plan_grid = check_grid("plan_grid", self.plan_grid)
@@ -187,6 +191,8 @@ class SemanticPlannerConfig:
                                                     "or head='codebook'")
         if not _is_real(self.choice_temperature) or self.choice_temperature < 0:
             raise InputError("choice_temperature", self.choice_temperature, "use a finite number >= 0 (MaskGIT: 4.5)")
+        if self.keep_source is not None and (not _is_real(self.keep_source) or not 0 < self.keep_source <= 1):
+            raise InputError("keep_source", self.keep_source, "use a probability in (0, 1], or None to regenerate every token")
 
     @property
     def reveal_mode(self) -> str:
@@ -678,9 +684,19 @@ class SemanticPlanner(nn.Module):
                                 "num_steps": len(counts)})
 
         if c.reveal_mode == "confidence":
+            given = self._kept_source(request, grid, predict_logits, write, c.keep_source)
+            if given is not None:
+                counts = [int(given.sum()), *maskgit.reveal_counts(n - int(given.sum()), steps)] if not bool(given.all()) else [n]
+                kept = given.nonzero()[:, 0]
+                if callback is not None:
+                    on_step(0, kept, codes[kept])
+            step_of = (lambda s: s + 1) if given is not None else (lambda s: s)
             order, _ = maskgit.run_confidence_loop(n, steps, predict_logits, write, generator=g, temperature=temperature,
-                                                   choice_temperature=c.choice_temperature, callback=on_step,
-                                                   device=self.device)
+                                                   choice_temperature=c.choice_temperature,
+                                                   callback=lambda s, p, ch: on_step(step_of(s), p, ch), device=self.device,
+                                                   given=given)
+            if given is not None:
+                order = torch.cat([given.nonzero()[:, 0], order])
         else:
             order = maskgit.reveal_order(n, g, self.device)
             maskgit.run_reveal_loop(order, steps, lambda s, p: maskgit.sample_codes(predict_logits(s, p), temperature, g)[0],
@@ -690,6 +706,24 @@ class SemanticPlanner(nn.Module):
             contexts = self._contexts(request, grid, cot_ids, self.vit_in(tokens.to(self.mask_tokens.dtype)))
         return PlanOutput(tokens.reshape(*grid, c.token_dim), order, counts,
                           self.backbone.decode_text(cot_ids) if use_cot else None, contexts, codes.reshape(grid))
+
+    def _kept_source(self, request: PlanRequest, grid: tuple[int, int, int], predict_logits, write,
+                     keep: float | None) -> torch.Tensor | None:
+        """``keep_source``'s first step for an edit (v2v, rv2v) whose source video has the target's grid: the positions
+        (bool ``(n,)``) whose source code has probability >= ``keep`` under the logits with everything masked,
+        written with that code; None when it does not apply."""
+        src = [s for s in request.sources if s.kind == "video"]
+        if keep is None or request.task not in ("v2v", "rv2v") or not src or src[0].grid != tuple(grid):
+            return None
+        n = grid[0] * grid[1] * grid[2]
+        positions = torch.arange(n, device=self.device)
+        codes = self.quantize(src[0].tokens.reshape(n, -1).to(self.device).float()).to(self.device)
+        probs = torch.softmax(predict_logits(0, positions).float(), -1)
+        given = probs.gather(-1, codes[:, None])[:, 0] >= keep
+        if not given.any():
+            return None
+        write(positions[given], codes[given])
+        return given
 
     def _contexts(self, request: PlanRequest, grid, cot_ids, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The final pass of spec b.4: ``for_gen`` on the penultimate states of cond and uncond, cut into

@@ -1,0 +1,174 @@
+"""The builtin latent reasoner's object tokens: the proposals, the token layout, padding kept out of every map and
+loss, chain targets on objects, SFT / GePO on them, and the pipeline's pictures and reload."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from planners import latent
+from planners.builtin.vit import ViTConfig
+from planners.latent_builtin import PICTURE_GRID, BuiltinLatentReasoner, ReasonerConfig, paint_on_grid
+from planners.object_proposals import propose_objects
+from training.gelvr_sft import answer_vocab
+
+
+@pytest.fixture(scope="module")
+def text():
+    from planners.builtin.text import MiniLM
+
+    return MiniLM()
+
+
+def tiny_objects_model(seed: int = 0) -> BuiltinLatentReasoner:
+    torch.manual_seed(seed)
+    cfg = ReasonerConfig(d_model=32, layers=2, heads=2, mlp_ratio=2, num_slots=3, answers=answer_vocab(), image_tokens="objects",
+                         max_objects=40, vit=ViTConfig(width=32, depth=1, heads=2))
+    return BuiltinLatentReasoner(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def spatial_items():
+    from worldgen.tasks import spatial
+    from worldgen.tasks.base import split_seed
+
+    return [spatial.generate(split_seed("test", 7, i), spatial.Config(level=1 + i % 3)) for i in range(6)]
+
+
+class _Data:
+    def __init__(self, model, text, samples):
+        from training.gelvr_data import record_item
+
+        self.features = model.features(np.stack([s.images["image"] for s in samples])).half()
+        self.items = [record_item(s.record) for s in samples]
+        self.questions = text.tokens([it.question for it in self.items])
+        self.options = torch.stack([text.encode(it.options) for it in self.items])
+
+    def __len__(self):
+        return len(self.items)
+
+
+def test_proposals_find_the_objects_of_spatial_scenes(spatial_items):
+    found = total = 0
+    for s in spatial_items:
+        props = propose_objects(s.images["image"])
+        assert [p.area for p in props] == sorted((p.area for p in props), reverse=True)
+        xy = np.array([p.centre for p in props])
+        for o in s.record["objects"]:
+            total += 1
+            found += int(np.hypot(xy[:, 0] - o["x"], xy[:, 1] - o["y"]).min() < 0.5 * o["r"])
+        p = props[0]
+        assert p.mask.shape == (p.box[3] - p.box[1], p.box[2] - p.box[0]) and p.mask.sum() == p.area
+    assert found >= 0.95 * total, (found, total)
+
+
+def test_proposals_of_a_plain_image_are_empty_and_colours_are_read():
+    img = np.full((256, 256, 3), 30, np.uint8)
+    assert propose_objects(img) == []
+    img[40:60, 100:130] = (220, 40, 40)
+    (p,) = propose_objects(img)
+    assert p.box == (100, 40, 130, 60) and p.area == 600 and np.allclose(p.color, (220, 40, 40))
+    assert p.centre == pytest.approx((114.5, 49.5))
+
+
+def test_object_tokens_layout_and_padding(text, spatial_items):
+    from training.gelvr_data import record_item, target_groups, token_layout
+
+    model = tiny_objects_model().requires_grad_(False)
+    feats = model.features(np.stack([s.images["image"] for s in spatial_items[:3]]))
+    assert feats.shape == (3, 40, model.config.feature_dim)
+    centres, boxes, valid = model.token_geometry(feats)
+    counts = valid.sum(1).tolist()
+    assert all(min(len(s.record["objects"]), 40) - 3 <= n <= min(len(s.record["objects"]) + 3, 40) for n, s in zip(counts, spatial_items))
+    assert all(valid[b, :n].all() and not valid[b, n:].any() for b, n in enumerate(counts))  # real tokens first
+    pre = model.prefix(feats, text.tokens([s.record["question"] for s in spatial_items[:3]]),
+                       [text.encode(s.record["options"]) for s in spatial_items[:3]])
+    assert torch.equal(pre["image_mask"], valid)
+    r = latent.rollout(model, pre, 3)
+    maps = latent.slot_attention(r.slot_inputs, pre["image"], mask=pre["image_mask"])
+    assert torch.allclose(maps.sum(-1), torch.ones(3, 3)) and float(maps[~valid[:, None].expand_as(maps)].abs().max()) == 0.0
+    norms = model.image_norm(pre)
+    assert norms[0] == pytest.approx(float(pre["image"][0, : counts[0]].norm(dim=-1).mean()), rel=1e-5)
+
+    items = [record_item(s.record) for s in spatial_items[:3]]
+    xy, bx = token_layout(model, feats, items)
+    for it, c in zip(items, xy):
+        anchor, region, target, centre = target_groups(it, 4, model.config.grid, "chain", c)
+        ax, ay, tx, ty = it.path
+        assert len(anchor) == 1 and np.hypot(*(c[anchor[0]] - (ax, ay))) < 0.5 * it.radii[0]  # the anchor's own token
+        assert list(target) == list(centre) and np.hypot(*(c[centre[0]] - (tx, ty))) < 0.5 * it.radii[1]
+        assert centre[0] in region and anchor[0] not in region
+
+
+def test_blank_image_keeps_the_maps_defined(text):
+    model = tiny_objects_model().requires_grad_(False)
+    feats = model.features(np.full((1, 256, 256, 3), 30, np.uint8))
+    assert float(feats[..., -7].max()) == 0.0
+    pre = model.prefix(feats, text.tokens(["What colour is the small star right of the large triangle?"]),
+                       [text.encode(["red", "blue"])])
+    r = latent.rollout(model, pre, 2)
+    maps = latent.slot_attention(r.slot_inputs, pre["image"], mask=pre["image_mask"])
+    assert torch.isfinite(maps).all() and torch.allclose(maps.sum(-1), torch.ones(1, 2))
+
+
+def test_paint_on_grid_keeps_each_maps_mass():
+    boxes = torch.tensor([[0.0, 0.0, 0.5, 0.5], [0.6, 0.6, 0.62, 0.62], [0.0, 0.0, 0.0, 0.0]])
+    w = torch.tensor([[0.7, 0.3, 0.0], [0.0, 1.0, 0.0]])
+    m = paint_on_grid(w, boxes, 8)
+    assert m.shape == (2, 8, 8) and torch.allclose(m.sum((1, 2)), torch.ones(2))
+    assert float(m[0, :4, :4].sum()) == pytest.approx(0.7) and float(m[1, 4, 4]) == pytest.approx(1.0)  # a tiny box: its cell
+
+
+def test_sft_and_a_gepo_step_on_object_tokens(text, spatial_items):
+    from training.gelvr_rl import RLRecipe, collect, replayed
+    from training.gelvr_sft import SFTRecipe, evaluate, sft_losses, slot_diagnostics
+    from training.gepo import GePOLoss, group_advantages
+
+    model = tiny_objects_model().train()
+    data = _Data(model, text, spatial_items)
+    recipe = SFTRecipe(variant="full", num_slots=3, image_tokens="objects")
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+    idx = np.arange(len(data))
+    first = {k: float(v.detach()) for k, v in sft_losses(model, data, idx, recipe).items()}
+    for _ in range(30):
+        loss = sum(sft_losses(model, data, idx, recipe).values())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    last = {k: float(v.detach()) for k, v in sft_losses(model, data, idx, recipe).items()}
+    assert all(last[k] < first[k] for k in first), (first, last)
+    metrics = evaluate(model, data, 3)
+    assert 0 <= metrics["pointing"] <= 1
+    diag = slot_diagnostics(model, data, 3, n=6)
+    assert len(diag["peak_on_target"]) == 3
+
+    reference = tiny_objects_model()
+    reference.load_state_dict(model.state_dict())
+    rl = RLRecipe(group=4, kappa=20.0)
+    roll = collect(model.eval(), data, np.arange(3), rl, torch.Generator().manual_seed(0))
+    adv = group_advantages(roll["reward"].view(-1, 4)).reshape(-1)
+    with torch.no_grad():
+        ref = replayed(reference, data, roll, rl)
+    now = replayed(model.train(), data, roll, rl)
+    assert ref["image_mask"] is not None
+    loss, m = GePOLoss(kappa=20.0)(adv=adv, logp=now["logp"], logp_old=roll["logp_old"], logp_ref=ref["logp"], text_mask=roll["text_mask"],
+                                   mu=now["mu"], mu_old=roll["mu_old"], mu_ref=ref["mu"], z=roll["z"], latent_mask=roll["started"],
+                                   image_tokens=ref["image"], image_mask=ref["image_mask"])
+    loss.backward()
+    assert torch.isfinite(loss) and m["r_geo"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_pipeline_on_object_tokens_pictures_and_reload(spatial_items, tmp_path):
+    from pipelines.latent_reasoning import LatentReasoningPipeline
+
+    tiny_objects_model().save_pretrained(tmp_path / "r")
+    pipe = LatentReasoningPipeline.build(components={"reasoner": str(tmp_path / "r")})
+    s = spatial_items[2]
+    out = pipe(s.images["image"], s.record["question"], s.record["options"])
+    assert out.attention.shape == (3, PICTURE_GRID, PICTURE_GRID) and np.allclose(out.attention.sum((1, 2)), 1.0, atol=1e-4)
+    assert all(0 <= p["box"][0] < p["box"][2] <= 512 for p in out.peaks)
+    out.save(tmp_path / "o")
+    assert (tmp_path / "o" / "slots.png").is_file()
+    again = LatentReasoningPipeline.build(components={"reasoner": str(tmp_path / "r")})(s.images["image"], s.record["question"], s.record["options"])
+    assert again.posterior == out.posterior and np.array_equal(again.slots, out.slots)
