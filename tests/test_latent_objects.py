@@ -127,7 +127,7 @@ def test_sft_and_a_gepo_step_on_object_tokens(text, spatial_items):
 
     model = tiny_objects_model().train()
     data = _Data(model, text, spatial_items)
-    recipe = SFTRecipe(variant="full", num_slots=3, image_tokens="objects")
+    recipe = SFTRecipe(variant="full", num_slots=3, image_tokens="objects", lambda_pointer=1.0)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
     idx = np.arange(len(data))
     first = {k: float(v.detach()) for k, v in sft_losses(model, data, idx, recipe).items()}
@@ -137,6 +137,7 @@ def test_sft_and_a_gepo_step_on_object_tokens(text, spatial_items):
         loss.backward()
         opt.step()
     last = {k: float(v.detach()) for k, v in sft_losses(model, data, idx, recipe).items()}
+    assert set(first) == {"ce", "pt", "gram", "cross", "pointer"}
     assert all(last[k] < first[k] for k in first), (first, last)
     metrics = evaluate(model, data, 3)
     assert 0 <= metrics["pointing"] <= 1
