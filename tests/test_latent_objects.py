@@ -12,6 +12,7 @@ from planners.builtin.vit import ViTConfig
 from planners.latent_builtin import PICTURE_GRID, BuiltinLatentReasoner, ReasonerConfig, paint_on_grid
 from planners.object_proposals import propose_objects
 from training.gelvr_sft import answer_vocab
+from latent_fakes import SpatialItems
 
 
 @pytest.fixture(scope="module")
@@ -34,19 +35,6 @@ def spatial_items():
     from worldgen.tasks.base import split_seed
 
     return [spatial.generate(split_seed("test", 7, i), spatial.Config(level=1 + i % 3)) for i in range(6)]
-
-
-class _Data:
-    def __init__(self, model, text, samples):
-        from training.gelvr_data import record_item
-
-        self.features = model.features(np.stack([s.images["image"] for s in samples])).half()
-        self.items = [record_item(s.record) for s in samples]
-        self.questions = text.tokens([it.question for it in self.items])
-        self.options = torch.stack([text.encode(it.options) for it in self.items])
-
-    def __len__(self):
-        return len(self.items)
 
 
 def test_proposals_find_the_objects_of_spatial_scenes(spatial_items):
@@ -126,7 +114,7 @@ def test_sft_and_a_gepo_step_on_object_tokens(text, spatial_items):
     from training.gepo import GePOLoss, group_advantages
 
     model = tiny_objects_model().train()
-    data = _Data(model, text, spatial_items)
+    data = SpatialItems(model, text, spatial_items)
     recipe = SFTRecipe(variant="full", num_slots=3, image_tokens="objects", lambda_pointer=1.0)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
     idx = np.arange(len(data))

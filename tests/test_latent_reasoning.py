@@ -11,6 +11,7 @@ from planners import latent
 from planners.builtin.vit import ViTConfig
 from planners.latent_builtin import BuiltinLatentReasoner, BuiltinReasoner, ReasonerConfig
 from training.gelvr_sft import answer_vocab
+from latent_fakes import SpatialItems
 
 
 @pytest.fixture(scope="module")
@@ -80,28 +81,13 @@ def test_replay_reproduces_the_rollout(text, spatial_items, sampled):
         assert not torch.allclose(r.directions, r.means)
 
 
-class _Data:
-    """A SpatialSet-shaped view of a few items (features from the tiny model's random ViT)."""
-
-    def __init__(self, model, text, samples):
-        from training.gelvr_data import record_item
-
-        self.features = model.features(np.stack([s.images["image"] for s in samples])).half()
-        self.items = [record_item(s.record) for s in samples]
-        self.questions = text.tokens([it.question for it in self.items])
-        self.options = torch.stack([text.encode(it.options) for it in self.items])
-
-    def __len__(self):
-        return len(self.items)
-
-
 def test_sft_lowers_every_loss_term_and_a_gepo_step_runs(text, spatial_items):
     from training.gelvr_rl import RLRecipe, collect, replayed
     from training.gelvr_sft import SFTRecipe, evaluate, sft_losses
     from training.gepo import GePOLoss, group_advantages
 
     model = tiny_model().train()
-    data = _Data(model, text, spatial_items)
+    data = SpatialItems(model, text, spatial_items)
     recipe = SFTRecipe(variant="full", num_slots=3)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
     idx = np.arange(len(data))
