@@ -142,7 +142,8 @@ class SemanticPlannerConfig:
     choice_temperature: float = 4.5
     # [PROPOSED] v2v with the codebook head: a target position whose source code has at least this probability
     # under the first step's logits (everything masked) keeps the source's code, and MaskGIT reveals only the
-    # rest (MaskGIT-style editing: keep what the model finds likely, regenerate the remainder); None: off
+    # rest (MaskGIT-style editing: keep what the model finds likely, regenerate the remainder; confidence reveal only);
+    # None: off
     keep_source: float | None = None
 
     def __post_init__(self):
