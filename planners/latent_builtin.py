@@ -60,11 +60,16 @@ def _fourier(xy: torch.Tensor) -> torch.Tensor:
     return torch.cat([ang.sin(), ang.cos()], -1).flatten(-2)
 
 
+def _cell_centres(grid: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """``(grid*grid, 2)`` (x, y) of each cell's centre as fractions of the side, raster order."""
+    c = (torch.arange(grid, device=device) + 0.5) / grid
+    y, x = torch.meshgrid(c, c, indexing="ij")
+    return torch.stack([x.reshape(-1), y.reshape(-1)], -1)
+
+
 def _cell_fourier(grid: int) -> torch.Tensor:
     """``(grid*grid, 4F)``: ``_fourier`` of each cell's centre, raster order."""
-    c = (torch.arange(grid) + 0.5) / grid * 2 - 1
-    y, x = torch.meshgrid(c, c, indexing="ij")
-    return _fourier(torch.stack([x.reshape(-1), y.reshape(-1)], -1))
+    return _fourier(_cell_centres(grid) * 2 - 1)
 
 
 @dataclass
@@ -234,9 +239,7 @@ class BuiltinLatentReasoner(nn.Module):
             valid[:, 0] |= ~valid.any(1)  # an image with no object: its first padding token stands in, so maps stay defined
             return geo[..., 1:3], geo[..., 3:], valid
         g = self.config.grid
-        c = (torch.arange(g, device=features.device) + 0.5) / g
-        y, x = torch.meshgrid(c, c, indexing="ij")
-        centres = torch.stack([x.reshape(-1), y.reshape(-1)], -1)
+        centres = _cell_centres(g, features.device)
         boxes = torch.cat([centres - 0.5 / g, centres + 0.5 / g], -1)
         return centres.expand(b, -1, -1), boxes.expand(b, -1, -1), torch.ones(b, g * g, dtype=torch.bool, device=features.device)
 
@@ -358,9 +361,7 @@ def paint_on_grid(weights: torch.Tensor, boxes: torch.Tensor, grid: int) -> torc
     """``(K, N)`` maps over object tokens -> ``(K, grid, grid)`` maps over the image: each token's weight spread
     evenly over the cells whose centres lie in its box (at least the cell under the box's centre), so each map
     still sums to what it did."""
-    c = (torch.arange(grid, device=weights.device) + 0.5) / grid
-    y, x = torch.meshgrid(c, c, indexing="ij")
-    x, y = x.reshape(-1), y.reshape(-1)
+    x, y = _cell_centres(grid, weights.device).T
     inside = ((x[None] >= boxes[:, :1]) & (x[None] <= boxes[:, 2:3]) & (y[None] >= boxes[:, 1:2]) & (y[None] <= boxes[:, 3:])).float()
     centre = ((boxes[:, :2] + boxes[:, 2:]) / 2 * grid).long().clamp(0, grid - 1)
     inside[torch.arange(len(boxes)), centre[:, 1] * grid + centre[:, 0]] = 1.0
