@@ -3,8 +3,9 @@ the slot targets of spec B.1 / B.2.
 
 ``SpatialSet(split, n)`` generates items ``0..n-1`` of a split (levels 1, 2, 3 in turn), computes each image's
 frozen multi-scale cell features once and keeps them in memory as float16 (256 x 479 per image, ~245 KB);
-``cache=PATH`` stores them on disk (safetensors + a JSON of the records), so the benchmark's variants and
-the RL stage read the same arrays.
+``cache=PATH`` stores them on disk in chunks of ``CHUNK`` items (safetensors + a JSON of the records), so the
+benchmark's variants and the RL stage read the same arrays and ``python -m training.gelvr_data --shard i/n`` fills
+one cache from several processes.
 
 Slot targets, from the record's ``evidence_box`` and where its anchor and target sit [PROPOSED, selectable]:
 - ``"roi"`` (LVR: the ROI's own visual tokens): the K image tokens nearest K evenly spaced points on the
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.atomic import atomic_path, write_json_atomic
 from core.weights_io import load_state_dict, save_state_dict
 
 logger = logging.getLogger(__name__)
@@ -135,41 +137,22 @@ def slot_targets(image_tokens: torch.Tensor, items: list[Item], k: int, grid: in
     return torch.stack(rows).detach()
 
 
+CHUNK = 1000  # items per cache file: chunks are built independently, so processes can fill one cache in parallel
+
+
 class SpatialSet:
     """Items of a split with cached frozen features: ``features`` ``(n, N, F)`` float16, ``questions`` (MiniLM token
     states, a list), ``options`` ``(n, O, 384)``, ``items``."""
 
     def __init__(self, split: str, n: int, model, text, seed: int = 0, cache: str | Path | None = None):
         self.split, self.n = split, int(n)
-        path = Path(cache) if cache else None
-        tokens = getattr(model.config, "image_tokens", "cells")
-        if path is not None and tokens != "cells":  # another kind of image token: its own cache beside the cells'
-            path = path.with_name(f"{path.name}_{tokens}")
-        if path is not None and path.with_suffix(".json").is_file():
-            meta = json.loads(path.with_suffix(".json").read_text())
-            if meta["split"] == split and meta["n"] >= n and meta["seed"] == seed:
-                state = load_state_dict(path.with_suffix(".safetensors"))
-                self.features = state["features"][:n]
-                self.records = meta["records"][:n]
-                logger.info("read %d cached %s items from %s", n, split, path)
-                self._finish(text)
-                return
-        from worldgen.tasks import spatial
-        from worldgen.tasks.base import split_seed
-
+        folder = cache_folder(cache, model) if cache else None
         feats, self.records = [], []
-        for i in range(self.n):
-            s = spatial.generate(split_seed(split, seed, i), spatial.Config(level=1 + i % 3))
-            feats.append(model.features(s.images["image"])[0].half().cpu())
-            self.records.append({k: s.record[k] for k in ("question", "options", "answer", "answer_index", "level", "evidence_box",
-                                                          "anchor_id", "target_id", "objects", "relation", "seed")})
-            if (i + 1) % 500 == 0:
-                logger.info("%s: %d / %d images read", split, i + 1, self.n)
-        self.features = torch.stack(feats)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            save_state_dict({"features": self.features}, path.with_suffix(".safetensors"))
-            path.with_suffix(".json").write_text(json.dumps({"split": split, "n": self.n, "seed": seed, "records": self.records}))
+        for c in range(0, self.n, CHUNK):
+            f, r = chunk(split, seed, c, min(self.n, c + CHUNK), model, folder)
+            feats.append(f)
+            self.records += r
+        self.features = torch.cat(feats)
         self._finish(text)
 
     def _finish(self, text) -> None:
@@ -179,3 +162,70 @@ class SpatialSet:
 
     def __len__(self) -> int:
         return self.n
+
+
+def cache_folder(cache: str | Path, model) -> Path:
+    """Where a split's cached features live: ``cache`` itself for cell tokens, ``cache_<kind>`` for other kinds."""
+    path = Path(cache)
+    tokens = getattr(model.config, "image_tokens", "cells")
+    return path if tokens == "cells" else path.with_name(f"{path.name}_{tokens}")
+
+
+def chunk(split: str, seed: int, start: int, stop: int, model, folder: Path | None) -> tuple[torch.Tensor, list[dict]]:
+    """Items ``start..stop-1`` of a split (``start`` a multiple of ``CHUNK``): their features and records, read from
+    the chunk's cache file when it holds them, else generated (and cached when ``folder`` is given)."""
+    from worldgen.tasks import spatial
+    from worldgen.tasks.base import split_seed
+
+    name = folder / f"chunk_{start:06d}" if folder is not None else None
+    if name is not None and name.with_suffix(".json").is_file():
+        meta = json.loads(name.with_suffix(".json").read_text())
+        if meta["split"] == split and meta["seed"] == seed and meta["stop"] >= stop:
+            return load_state_dict(name.with_suffix(".safetensors"))["features"][: stop - start], meta["records"][: stop - start]
+    feats, records = [], []
+    for i in range(start, stop):
+        s = spatial.generate(split_seed(split, seed, i), spatial.Config(level=1 + i % 3))
+        feats.append(model.features(s.images["image"])[0].half().cpu())
+        records.append({k: s.record[k] for k in ("question", "options", "answer", "answer_index", "level", "evidence_box",
+                                                 "anchor_id", "target_id", "objects", "relation", "seed")})
+        if (i + 1) % 250 == 0:
+            logger.info("%s: %d / %d images read", split, i + 1, stop)
+    features = torch.stack(feats)
+    if name is not None:
+        name.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(name.with_suffix(".safetensors")) as tmp:
+            save_state_dict({"features": features}, tmp)
+        write_json_atomic(name.with_suffix(".json"), {"split": split, "seed": seed, "start": start, "stop": stop, "records": records})
+    return features, records
+
+
+def main(argv=None) -> int:
+    """Fill a split's feature cache, one process per ``--shard i/n`` (chunk c goes to shard c % n)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m training.gelvr_data", description=main.__doc__)
+    ap.add_argument("--split", default="train", choices=("train", "val", "test"))
+    ap.add_argument("--items", type=int, required=True)
+    ap.add_argument("--image-tokens", choices=("cells", "objects"), default="objects")
+    ap.add_argument("--shard", default="0/1", help="i/n: build the chunks c with c %% n == i")
+    ap.add_argument("--cache", default="outputs/gelvr")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        i, n = (int(v) for v in args.shard.split("/"))
+        assert 0 <= i < n
+    except (ValueError, AssertionError):
+        ap.error(f"--shard {args.shard!r}: write i/n with 0 <= i < n, e.g. 0/2")
+    from planners.builtin import load_builtin_vlm
+    from planners.latent_builtin import BuiltinLatentReasoner, ReasonerConfig
+
+    model = BuiltinLatentReasoner.from_vlm(load_builtin_vlm().model, ReasonerConfig(image_tokens=args.image_tokens))
+    folder = cache_folder(Path(args.cache) / args.split, model)
+    for c, start in enumerate(range(0, args.items, CHUNK)):
+        if c % n == i:
+            chunk(args.split, 0, start, min(args.items, start + CHUNK), model, folder)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
