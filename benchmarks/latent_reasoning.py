@@ -89,7 +89,7 @@ def present_colour_chance(records: list[dict]) -> float:
     return float(np.mean(scores)) if scores else float("nan")
 
 
-def summarise(rows: list[dict], runs: dict) -> dict:
+def summarise(rows: list[dict], runs: dict, extra_pairs: tuple[tuple[str, str], ...] = ()) -> dict:
     from scorers.videoqa import accuracy
 
     by: dict[str, list[dict]] = {}
@@ -115,7 +115,7 @@ def summarise(rows: list[dict], runs: dict) -> dict:
                        "train_minutes": runs[m].get("train_minutes")}
         out[m] = d
     paired = {}
-    for a, b in PAIRS:
+    for a, b in (*PAIRS, *extra_pairs):
         if a in by and b in by:
             xa = {r["item"]: float(r["correct"]) for r in by[a]}
             xb = {r["item"]: float(r["correct"]) for r in by[b]}
@@ -220,11 +220,15 @@ def main(argv=None) -> int:
     ap.add_argument("--models", help="overrides, e.g. full=outputs/train/gelvr_sft,gepo=outputs/train/gelvr_rl")
     ap.add_argument("--cache", default="outputs/gelvr")
     ap.add_argument("--diagnose", type=int, default=200, help="questions for the per-slot diagnostics")
+    ap.add_argument("--pairs", default="", help="more paired differences, e.g. full-full_shipped,direct-direct_shipped")
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/latent_reasoning"))
     args = ap.parse_args(argv)
+    extra = tuple(tuple(p.strip().split("-", 1)) for p in args.pairs.split(",") if p.strip())
+    if any(len(p) != 2 or not all(p) for p in extra):
+        ap.error(f"--pairs {args.pairs!r}: write a-b pairs of method names separated by commas, e.g. full-full_shipped")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     rows, runs = run(args)
-    summary = summarise(rows, runs)
+    summary = summarise(rows, runs, extra)
     meta = {"n": len({r["item"] for r in rows}), "command": command_line("benchmarks.latent_reasoning", argv)}
     write_results(args.out, meta, summary, rows, markdown(summary, meta))
     curve_plot(summary, args.out / "curve.png")
