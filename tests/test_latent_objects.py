@@ -161,3 +161,29 @@ def test_pipeline_on_object_tokens_pictures_and_reload(spatial_items, tmp_path):
     assert (tmp_path / "o" / "slots.png").is_file()
     again = LatentReasoningPipeline.build(components={"reasoner": str(tmp_path / "r")})(s.images["image"], s.record["question"], s.record["options"])
     assert again.posterior == out.posterior and np.array_equal(again.slots, out.slots)
+
+
+def test_feature_cache_chunks_filled_by_shards_read_back_as_one_set(text, tmp_path, monkeypatch):
+    from training import gelvr_data
+
+    monkeypatch.setattr(gelvr_data, "CHUNK", 2)
+    model = tiny_objects_model()
+    folder = gelvr_data.cache_folder(tmp_path / "val", model)
+    assert folder.name == "val_objects"
+    for shard in (1, 0):  # two processes' shares, in either order: chunk c belongs to shard c % 2
+        for c, start in enumerate(range(0, 5, gelvr_data.CHUNK)):
+            if c % 2 == shard:
+                gelvr_data.chunk("val", 0, start, min(5, start + gelvr_data.CHUNK), model, folder)
+    assert sorted(p.name for p in folder.glob("*.json")) == ["chunk_000000.json", "chunk_000002.json", "chunk_000004.json"]
+    cached = gelvr_data.SpatialSet("val", 5, model, text, cache=tmp_path / "val")
+    fresh = gelvr_data.SpatialSet("val", 5, model, text)
+    assert torch.equal(cached.features, fresh.features) and cached.records == fresh.records
+    assert len(gelvr_data.SpatialSet("val", 3, model, text, cache=tmp_path / "val")) == 3  # a prefix of a chunk
+
+
+def test_feature_cache_cli_rejects_a_bad_shard(capsys):
+    from training.gelvr_data import main
+
+    with pytest.raises(SystemExit):
+        main(["--items", "10", "--shard", "2/2"])
+    assert "--shard '2/2'" in capsys.readouterr().err
