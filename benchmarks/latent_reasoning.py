@@ -115,6 +115,9 @@ def summarise(rows: list[dict], runs: dict, extra_pairs: tuple[tuple[str, str], 
                        "train_minutes": runs[m].get("train_minutes")}
         out[m] = d
     paired = {}
+    for a, b in extra_pairs:
+        if a not in by or b not in by:
+            logger.warning("--pairs %s-%s: no rows for %s, skipped", a, b, a if a not in by else b)
     for a, b in (*PAIRS, *extra_pairs):
         if a in by and b in by:
             xa = {r["item"]: float(r["correct"]) for r in by[a]}

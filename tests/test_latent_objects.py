@@ -173,7 +173,7 @@ def test_feature_cache_chunks_filled_by_shards_read_back_as_one_set(text, tmp_pa
     for shard in (1, 0):  # two processes' shares, in either order: chunk c belongs to shard c % 2
         for c, start in enumerate(range(0, 5, gelvr_data.CHUNK)):
             if c % 2 == shard:
-                gelvr_data.chunk("val", 0, start, min(5, start + gelvr_data.CHUNK), model, folder)
+                gelvr_data.cached_chunk("val", 0, start, min(5, start + gelvr_data.CHUNK), model, folder)
     assert sorted(p.name for p in folder.glob("*.json")) == ["chunk_000000.json", "chunk_000002.json", "chunk_000004.json"]
     cached = gelvr_data.SpatialSet("val", 5, model, text, cache=tmp_path / "val")
     fresh = gelvr_data.SpatialSet("val", 5, model, text)
@@ -187,3 +187,6 @@ def test_feature_cache_cli_rejects_a_bad_shard(capsys):
     with pytest.raises(SystemExit):
         main(["--items", "10", "--shard", "2/2"])
     assert "--shard '2/2'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--items", "0"])
+    assert "--items 0" in capsys.readouterr().err

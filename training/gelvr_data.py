@@ -149,7 +149,7 @@ class SpatialSet:
         folder = cache_folder(cache, model) if cache else None
         feats, self.records = [], []
         for c in range(0, self.n, CHUNK):
-            f, r = chunk(split, seed, c, min(self.n, c + CHUNK), model, folder)
+            f, r = cached_chunk(split, seed, c, min(self.n, c + CHUNK), model, folder)
             feats.append(f)
             self.records += r
         self.features = torch.cat(feats)
@@ -171,7 +171,7 @@ def cache_folder(cache: str | Path, model) -> Path:
     return path if tokens == "cells" else path.with_name(f"{path.name}_{tokens}")
 
 
-def chunk(split: str, seed: int, start: int, stop: int, model, folder: Path | None) -> tuple[torch.Tensor, list[dict]]:
+def cached_chunk(split: str, seed: int, start: int, stop: int, model, folder: Path | None) -> tuple[torch.Tensor, list[dict]]:
     """Items ``start..stop-1`` of a split (``start`` a multiple of ``CHUNK``): their features and records, read from
     the chunk's cache file when it holds them, else generated (and cached when ``folder`` is given)."""
     from worldgen.tasks import spatial
@@ -182,14 +182,14 @@ def chunk(split: str, seed: int, start: int, stop: int, model, folder: Path | No
         meta = json.loads(name.with_suffix(".json").read_text())
         if meta["split"] == split and meta["seed"] == seed and meta["stop"] >= stop:
             return load_state_dict(name.with_suffix(".safetensors"))["features"][: stop - start], meta["records"][: stop - start]
+    from tqdm.auto import tqdm
+
     feats, records = [], []
-    for i in range(start, stop):
+    for i in tqdm(range(start, stop), desc=f"{split} images {start}-{stop - 1}", mininterval=5):
         s = spatial.generate(split_seed(split, seed, i), spatial.Config(level=1 + i % 3))
         feats.append(model.features(s.images["image"])[0].half().cpu())
         records.append({k: s.record[k] for k in ("question", "options", "answer", "answer_index", "level", "evidence_box",
                                                  "anchor_id", "target_id", "objects", "relation", "seed")})
-        if (i + 1) % 250 == 0:
-            logger.info("%s: %d / %d images read", split, i + 1, stop)
     features = torch.stack(feats)
     if name is not None:
         name.parent.mkdir(parents=True, exist_ok=True)
@@ -211,11 +211,12 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default="outputs/gelvr")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        i, n = (int(v) for v in args.shard.split("/"))
-        assert 0 <= i < n
-    except (ValueError, AssertionError):
+    if args.items < 1:
+        ap.error(f"--items {args.items}: give how many items of the split to cache (1 or more)")
+    i, _, n = args.shard.partition("/")
+    if not (i.isdigit() and n.isdigit() and int(i) < int(n)):
         ap.error(f"--shard {args.shard!r}: write i/n with 0 <= i < n, e.g. 0/2")
+    i, n = int(i), int(n)
     from planners.builtin import load_builtin_vlm
     from planners.latent_builtin import BuiltinLatentReasoner, ReasonerConfig
 
@@ -223,7 +224,7 @@ def main(argv=None) -> int:
     folder = cache_folder(Path(args.cache) / args.split, model)
     for c, start in enumerate(range(0, args.items, CHUNK)):
         if c % n == i:
-            chunk(args.split, 0, start, min(args.items, start + CHUNK), model, folder)
+            cached_chunk(args.split, 0, start, min(args.items, start + CHUNK), model, folder)
     return 0
 
 
