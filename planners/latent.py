@@ -43,19 +43,20 @@ class LatentCore(Protocol):
         """``(B, n)`` token ids -> input embeddings ``(B, n, d)``."""
         ...
 
-    def run(self, prefix: dict, tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(self, prefix: dict, tail: torch.Tensor, answer: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """The causal stack on the prefix followed by input embeddings ``tail`` ``(B, n, d)``, in one pass: (last
         hidden states of the tail positions ``(B, n, d)`` and, for the position just before the tail and every
-        tail position, next-token logits ``(B, n + 1, V)``)."""
+        tail position, next-token logits ``(B, n + 1, V)``). ``answer``: the tail's last position is ``<end>``
+        (a core may restrict what the answer reads)."""
         ...
 
     def begin(self, prefix: dict) -> tuple[object, torch.Tensor]:
         """The prefix alone, keeping its key/value cache: (state, next-token logits at its end ``(B, V)``)."""
         ...
 
-    def extend(self, state: object, embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def extend(self, state: object, embeds: torch.Tensor, answer: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Append input embeddings ``(B, n, d)`` to ``state`` (updated in place): (their last hidden states
-        ``(B, n, d)``, their next-token logits ``(B, n, V)``)."""
+        ``(B, n, d)``, their next-token logits ``(B, n, V)``). ``answer``: the last of them is ``<end>``."""
         ...
 
     def image_norm(self, prefix: dict) -> torch.Tensor:
@@ -128,7 +129,7 @@ def rollout(core: LatentCore, prefix: dict, num_slots: int, *, slot_norm: str = 
         hidden, _ = core.extend(state, x[:, None])
         h = hidden[:, -1]
         states.append(h)
-    _, logits = core.extend(state, core.token_embeds(torch.full((b, 1), core.end_id, dtype=torch.long, device=dev)))
+    _, logits = core.extend(state, core.token_embeds(torch.full((b, 1), core.end_id, dtype=torch.long, device=dev)), answer=True)
     answer = torch.where(started[:, None], logits[:, -1], first)
     d = h.shape[-1]
     stack = lambda xs: torch.stack(xs, 1) if xs else h.new_zeros(b, 0, d)  # noqa: E731
@@ -144,7 +145,7 @@ def replay(core: LatentCore, prefix: dict, slot_inputs: torch.Tensor) -> dict[st
     dev = slot_inputs.device
     start = core.token_embeds(torch.full((b, 1), core.start_id, dtype=torch.long, device=dev))
     end = core.token_embeds(torch.full((b, 1), core.end_id, dtype=torch.long, device=dev))
-    hidden, logits = core.run(prefix, torch.cat([start, slot_inputs, end], 1))
+    hidden, logits = core.run(prefix, torch.cat([start, slot_inputs, end], 1), answer=True)
     before = hidden[:, :k]
     return {"first_logits": logits[:, 0], "hidden_before": before, "means": F.normalize(before, dim=-1),
             "slot_states": hidden[:, 1 : k + 1], "answer_logits": logits[:, -1]}

@@ -48,6 +48,7 @@ ATTRIBUTES = 19  # P(object), 10 colours, 8 shapes: the builtin VLM's patch attr
 MIN_SIDE = 128
 COORD_FREQUENCIES = 4
 IMAGE_TOKENS = ("cells", "objects")
+ANSWER_READS = ("all", "slots")
 GEOMETRY = 7  # the last columns of an object token's features: valid, cx, cy, x0, y0, x1, y1 (fractions of the side)
 MASK_SIDE = 8
 PICTURE_GRID = 32  # object tokens' maps are painted onto this grid of the image for the pictures
@@ -90,10 +91,15 @@ class ReasonerConfig:
     vit: ViTConfig = field(default_factory=ViTConfig)
     image_tokens: str = "cells"  # or "objects" [PROPOSED]: see the module's docstring
     max_objects: int = 64  # object tokens per image (the largest regions; padded to this many)
+    # [PROPOSED] what the answer position (<end>) attends to: "all" (the spec's causal sequence) or "slots" (<start>,
+    # the slots and itself, so what the answer knows of the image passed through the slots)
+    answer_reads: str = "all"
 
     def __post_init__(self):
         if self.image_tokens not in IMAGE_TOKENS:
             raise ValueError(f"image_tokens {self.image_tokens!r}: choose one of {IMAGE_TOKENS}")
+        if self.answer_reads not in ANSWER_READS:
+            raise ValueError(f"answer_reads {self.answer_reads!r}: choose one of {ANSWER_READS}")
 
     @property
     def vocab(self) -> list[str]:
@@ -281,27 +287,40 @@ class BuiltinLatentReasoner(nn.Module):
     def token_embeds(self, ids: torch.Tensor) -> torch.Tensor:
         return self.lm.embed_tokens(ids)
 
-    def _mask(self, n_prefix: int, n_total: int, b: int, dtype: torch.dtype) -> torch.Tensor | None:
-        """The 4-D additive mask of a prefix-LM (None: plain causal)."""
-        if not self.config.prefix_lm:
+    def _mask(self, n_prefix: int, n_total: int, b: int, dtype: torch.dtype, n_query: int | None = None,
+              answer: bool = False) -> torch.Tensor | None:
+        """The 4-D additive mask ``(b, 1, n_query, n_total)`` of the last ``n_query`` positions (default all): a
+        prefix-LM's, and with ``answer`` and ``answer_reads="slots"`` the last position kept off the prefix (None:
+        plain causal)."""
+        bottleneck = answer and self.config.answer_reads == "slots"
+        if not self.config.prefix_lm and not bottleneck:
             return None
         allowed = torch.ones(n_total, n_total, dtype=torch.bool, device=self.device).tril()
-        allowed[:n_prefix, :n_prefix] = True
-        return torch.zeros(b, 1, n_total, n_total, dtype=dtype, device=self.device).masked_fill(~allowed, torch.finfo(dtype).min)
+        if self.config.prefix_lm:
+            allowed[:n_prefix, :n_prefix] = True
+        if bottleneck:
+            allowed[-1, :n_prefix] = False
+        allowed = allowed[n_total - (n_query or n_total):]
+        return torch.zeros(b, 1, *allowed.shape, dtype=dtype, device=self.device).masked_fill(~allowed, torch.finfo(dtype).min)
 
-    def run(self, prefix: dict, tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(self, prefix: dict, tail: torch.Tensor, answer: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.cat([prefix["embeds"], tail], 1)
         n = prefix["embeds"].shape[1]
-        out = self.lm(inputs_embeds=x, attention_mask=self._mask(n, x.shape[1], len(x), x.dtype), use_cache=False).last_hidden_state
+        mask = self._mask(n, x.shape[1], len(x), x.dtype, answer=answer)
+        out = self.lm(inputs_embeds=x, attention_mask=mask, use_cache=False).last_hidden_state
         return out[:, n:], self.head(out[:, n - 1 :])
 
     def begin(self, prefix: dict) -> tuple[object, torch.Tensor]:
         x = prefix["embeds"]
         out = self.lm(inputs_embeds=x, attention_mask=self._mask(x.shape[1], x.shape[1], len(x), x.dtype), use_cache=True)
-        return {"cache": out.cache}, self.head(out.last_hidden_state[:, -1])
+        return {"cache": out.cache, "prefix_len": x.shape[1]}, self.head(out.last_hidden_state[:, -1])
 
-    def extend(self, state: dict, embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.lm(inputs_embeds=embeds, cache=state["cache"], use_cache=True)
+    def extend(self, state: dict, embeds: torch.Tensor, answer: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = None  # causal over the cache: every earlier position
+        if answer and self.config.answer_reads == "slots":
+            total = state["cache"].get_seq_length() + embeds.shape[1]
+            mask = self._mask(state["prefix_len"], total, len(embeds), embeds.dtype, embeds.shape[1], answer=True)
+        out = self.lm(inputs_embeds=embeds, attention_mask=mask, cache=state["cache"], use_cache=True)
         state["cache"] = out.cache
         return out.last_hidden_state, self.head(out.last_hidden_state)
 

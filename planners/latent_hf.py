@@ -113,7 +113,8 @@ class HFLatentReasoner:
     def token_embeds(self, ids: torch.Tensor) -> torch.Tensor:
         return self.backbone.embed_tokens(ids.to(self.device))
 
-    def run(self, prefix: dict, tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def run(self, prefix: dict, tail: torch.Tensor, answer: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        # ``answer`` changes nothing here: the wrapped VLM keeps the spec's plain causal sequence
         from planners.semantic.layout import additive_mask
 
         x = torch.cat([prefix["embeds"], tail.to(prefix["embeds"].dtype)], 1)
@@ -133,7 +134,7 @@ class HFLatentReasoner:
         _, logits = self.run(prefix, state["tail"])
         return state, logits[:, -1]
 
-    def extend(self, state: dict, embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def extend(self, state: dict, embeds: torch.Tensor, answer: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         n = embeds.shape[1]
         state["tail"] = torch.cat([state["tail"], embeds.to(state["tail"].dtype)], 1)
         hidden, logits = self.run(state["prefix"], state["tail"])

@@ -21,10 +21,10 @@ def text():
     return MiniLM()
 
 
-def tiny_model(slot_norm: str = "image", seed: int = 0) -> BuiltinLatentReasoner:
+def tiny_model(slot_norm: str = "image", seed: int = 0, **config) -> BuiltinLatentReasoner:
     torch.manual_seed(seed)
-    cfg = ReasonerConfig(d_model=32, layers=2, heads=2, mlp_ratio=2, num_slots=3, slot_norm=slot_norm, answers=answer_vocab(),
-                         vit=ViTConfig(width=32, depth=1, heads=2))
+    cfg = ReasonerConfig(d_model=32, layers=config.pop("layers", 2), heads=2, mlp_ratio=2, num_slots=3, slot_norm=slot_norm,
+                         answers=answer_vocab(), vit=ViTConfig(width=32, depth=1, heads=2), **config)
     return BuiltinLatentReasoner(cfg).eval()
 
 
@@ -79,6 +79,43 @@ def test_replay_reproduces_the_rollout(text, spatial_items, sampled):
     assert torch.allclose(ratio, torch.ones_like(ratio), atol=1e-4)
     if sampled:
         assert not torch.allclose(r.directions, r.means)
+
+
+@pytest.mark.parametrize("prefix_lm", [False, True])
+def test_answer_bottleneck_reads_only_the_slots(text, spatial_items, prefix_lm):
+    """``answer_reads="slots"``: rollout and replay agree, and in a one-layer model (where the answer position sees
+    only its layer's inputs) the answer on fixed slot inputs no longer depends on the image and question."""
+    model = tiny_model(layers=1, answer_reads="slots", prefix_lm=prefix_lm)
+    pre_a, pre_b = _prefix(model, text, spatial_items[:2]), _prefix(model, text, spatial_items[2:4])
+    with torch.no_grad():
+        r = latent.rollout(model, pre_a, 3)
+        rp = latent.replay(model, pre_a, r.slot_inputs)
+        other = latent.replay(model, pre_b, r.slot_inputs)
+        model.config.answer_reads = "all"
+        seeing = latent.replay(model, pre_b, r.slot_inputs)
+    assert torch.allclose(rp["answer_logits"], r.answer_logits, atol=1e-5)
+    assert torch.allclose(rp["slot_states"], r.slot_states, atol=1e-5)
+    assert torch.allclose(other["answer_logits"], rp["answer_logits"], atol=1e-5)
+    assert not torch.allclose(other["slot_states"], rp["slot_states"], atol=1e-3)  # the slots still read the image
+    assert not torch.allclose(seeing["answer_logits"], rp["answer_logits"], atol=1e-3)
+    with pytest.raises(ValueError, match="answer_reads"):
+        ReasonerConfig(answer_reads="image")
+
+
+def test_pointing_first_leaves_the_answer_out_before_answer_from(text, spatial_items):
+    from training.gelvr_sft import SFTRecipe, latent_sft_losses
+
+    model = tiny_model()
+    pre = _prefix(model, text, spatial_items[:2])
+    targets = pre["image"][:, :3].detach()
+    answers = torch.tensor([model.answer_ids(["red"])[0]] * 2)
+    recipe = SFTRecipe(variant="pointwise", num_slots=3)
+    start_only = latent_sft_losses(model, pre, targets, answers, recipe, with_answer=False)["ce"].detach()
+    both = latent_sft_losses(model, pre, targets, answers, recipe)["ce"].detach()
+    start = torch.nn.functional.cross_entropy(latent.replay(model, pre, latent.teacher_forced_inputs(model, pre, targets))["first_logits"],
+                                              torch.full((2,), model.start_id))
+    assert torch.allclose(start_only, start, atol=1e-6)
+    assert both.item() > start_only.item() + 1e-3
 
 
 def test_sft_lowers_every_loss_term_and_a_gepo_step_runs(text, spatial_items):

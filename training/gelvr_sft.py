@@ -56,6 +56,12 @@ class SFTRecipe:
     # per term, slot 1 alone, object tokens, 300 steps): the anchor peak reached 49.5% with it, 33.5% with the spec's
     # pointwise + cross terms; 0 keeps the spec's loss
     lambda_pointer: float = 0.0
+    # [PROPOSED] the answer bottleneck: "slots" keeps the answer position off the image and question, so it reads only
+    # what the slots carry (planners/latent_builtin.py ReasonerConfig.answer_reads); "all" is the spec's sequence
+    answer_reads: str = "all"
+    # [PROPOSED] pointing first: the answer's CE is off before this step, so the slots learn their search before the
+    # answer can learn to do without them (0: from the start, the spec's single stage)
+    answer_from: int = 0
     tau: float = 0.07
     d_model: int = 128
     layers: int = 4
@@ -109,10 +115,11 @@ def batch_layout(model, data, idx: np.ndarray) -> tuple[list[np.ndarray], list[n
 
 
 def latent_sft_losses(core, pre: dict, targets: torch.Tensor | None, answer_ids: torch.Tensor, recipe: SFTRecipe,
-                      target_maps: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                      target_maps: torch.Tensor | None = None, with_answer: bool = True) -> dict[str, torch.Tensor]:
     """The SFT terms on any ``planners.latent.LatentCore``: ``targets`` ``(B, K, d)`` the slot targets (None: the
     direct variant, whose first token is the answer), ``answer_ids`` ``(B,)`` the answer tokens, ``target_maps``
-    ``(B, K, N)`` each slot's target tokens as a distribution (for ``lambda_pointer``)."""
+    ``(B, K, N)`` each slot's target tokens as a distribution (for ``lambda_pointer``); ``with_answer=False`` leaves
+    the answer's CE out (``SFTRecipe.answer_from``)."""
     from planners import latent_geometry as geo
     from planners.latent import replay, rollout, teacher_forced_inputs
 
@@ -126,14 +133,16 @@ def latent_sft_losses(core, pre: dict, targets: torch.Tensor | None, answer_ids:
         out = replay(core, pre, teacher_forced_inputs(core, pre, targets))
         h = out["hidden_before"].float()
         first, answer = out["first_logits"], out["answer_logits"]
-    if recipe.slot_inputs in ("free", "both"):
+    if recipe.slot_inputs == "free" or (recipe.slot_inputs == "both" and with_answer):
         r = rollout(core, pre, k, slot_norm=getattr(core, "slot_norm", None) or core.config.slot_norm)
         answer = r.answer_logits  # "both": the first token's CE stays the teacher-forced pass's (the same prefix)
         if recipe.slot_inputs == "free":
             h, first = r.hidden_before.float(), r.first_logits
     if recipe.slot_inputs not in ("teacher", "free", "both"):
         raise ValueError(f"slot_inputs {recipe.slot_inputs!r}: choose teacher, free or both")
-    losses = {"ce": F.cross_entropy(first.float(), start) + F.cross_entropy(answer.float(), answer_ids)}
+    losses = {"ce": F.cross_entropy(first.float(), start)}
+    if with_answer:
+        losses["ce"] = losses["ce"] + F.cross_entropy(answer.float(), answer_ids)
     v, p = targets.float(), p.float()
     terms = {"pt": lambda: geo.pointwise_loss(h, v, recipe.pointwise), "gram": lambda: geo.gram_loss(h, v),
              "cross": lambda: geo.cross_kl(h, v, p, recipe.tau, pre.get("image_mask")),
@@ -144,7 +153,7 @@ def latent_sft_losses(core, pre: dict, targets: torch.Tensor | None, answer_ids:
     return losses
 
 
-def sft_losses(model, data, idx: np.ndarray, recipe: SFTRecipe) -> dict[str, torch.Tensor]:
+def sft_losses(model, data, idx: np.ndarray, recipe: SFTRecipe, with_answer: bool = True) -> dict[str, torch.Tensor]:
     """The builtin reasoner's SFT terms on items ``idx`` of a ``SpatialSet``."""
     from training.gelvr_data import slot_targets, target_groups
 
@@ -159,8 +168,8 @@ def sft_losses(model, data, idx: np.ndarray, recipe: SFTRecipe) -> dict[str, tor
             for b, (it, xy) in enumerate(zip(items, centres)):
                 for k, g in enumerate(target_groups(it, recipe.slots, model.config.grid, recipe.targets, xy)):
                     maps[b, k, torch.as_tensor(g)] = 1.0 / len(g)
-            return latent_sft_losses(model, pre, targets, answers, recipe, maps)
-    return latent_sft_losses(model, pre, targets, answers, recipe)
+            return latent_sft_losses(model, pre, targets, answers, recipe, maps, with_answer)
+    return latent_sft_losses(model, pre, targets, answers, recipe, with_answer=with_answer)
 
 
 @torch.no_grad()
@@ -258,7 +267,7 @@ def build_model(recipe: SFTRecipe):
 
     vlm = load_builtin_vlm()
     cfg = ReasonerConfig(d_model=recipe.d_model, layers=recipe.layers, num_slots=recipe.slots, prefix_lm=recipe.prefix_lm,
-                         answers=answer_vocab(), image_tokens=recipe.image_tokens)
+                         answers=answer_vocab(), image_tokens=recipe.image_tokens, answer_reads=recipe.answer_reads)
     return BuiltinLatentReasoner.from_vlm(vlm.model, cfg), vlm.text
 
 
@@ -291,7 +300,7 @@ def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), cache: str | Pat
     t_loop, first = time.perf_counter(), step
     while step < recipe.steps:
         idx = np.random.default_rng([recipe.seed, step]).integers(len(train), size=recipe.batch)  # exact resume
-        losses = sft_losses(model, train, idx, recipe)
+        losses = sft_losses(model, train, idx, recipe, with_answer=step >= recipe.answer_from)
         loss = sum(losses.values())
         opt.zero_grad()
         loss.backward()
@@ -325,13 +334,16 @@ def main(argv=None) -> int:
     ap.add_argument("--image-tokens", choices=("cells", "objects"), help="a grid of cells, or one token per proposed object")
     ap.add_argument("--train-items", type=int)
     ap.add_argument("--lambda-pointer", type=float, help="weight of the pointer term [PROPOSED] (default 0: the spec's loss)")
+    ap.add_argument("--answer-reads", choices=("all", "slots"), help="slots: the answer sees only the slots [PROPOSED]")
+    ap.add_argument("--answer-from", type=int, help="step from which the answer is trained (pointing first) [PROPOSED]")
     ap.add_argument("--eval-every", type=int)
     ap.add_argument("--cache", default="outputs/gelvr", help="folder of the cached image features (made on first use)")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     recipe = SFTRecipe(variant=args.variant)
-    for name in ("steps", "num_slots", "targets", "image_tokens", "train_items", "eval_every", "lambda_pointer"):
+    for name in ("steps", "num_slots", "targets", "image_tokens", "train_items", "eval_every", "lambda_pointer",
+                 "answer_reads", "answer_from"):
         if getattr(args, name) is not None:
             setattr(recipe, name, getattr(args, name))
     facts = train_sft(args.out, recipe, args.cache, resume=not args.no_resume)
