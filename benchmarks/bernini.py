@@ -51,6 +51,9 @@ METHODS = ("bernini", "no_plan", "oracle_plan", "no_guidance", "plain_rope", "co
 ASKED = {"recolor": "color", "reshape": "shape", "resize": "size", "change_motion": "direction"}
 ATTRIBUTES = ("color", "shape", "direction", "size")
 PSNR_CAP = 60.0
+# per-attribute paired comparisons: the planner's effect, the renderer's plan conditioning (a perfect plan against
+# none), guidance, and SA-3D
+ATTRIBUTE_PAIRS = (("bernini", "no_plan"), ("oracle_plan", "no_plan"), ("bernini", "no_guidance"), ("bernini", "plain_rope"))
 
 
 def build_pipelines(args) -> dict:
@@ -193,19 +196,22 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
                 summary[f"{task}/{a}-{b}"] = d
                 pairs.append([task, f"{a} - {b}", len(common), paired_cell(d)])
     lines += markdown_table(["task", "comparison", "items", "difference"], pairs)
-    lines += ["", "## Plan vs text only, paired: shape and direction of every caption object (percentage points)", ""]
+    lines += ["", "## Paired on the same items: each caption object's colour, shape and direction (percentage points)", ""]
+    lines += ["(`plain_rope` on the r2v items with 2+ references, where SA-3D's segment phases matter.)", ""]
     attr_pairs = []
     for task, rs in group_rows(rows, lambda r: r["task"]).items():
-        by = {m: {r["item"]: r for r in rs if r["method"] == m} for m in ("bernini", "no_plan")}
-        common = sorted(set(by["bernini"]) & set(by["no_plan"]))
-        for a in ("shape", "direction"):
-            x = [float(np.mean([bool(o[a]) for o in by["bernini"][i]["objects"] if o[a] is not None] or [0])) for i in common]
-            y = [float(np.mean([bool(o[a]) for o in by["no_plan"][i]["objects"] if o[a] is not None] or [0])) for i in common]
-            if common:
-                d = paired_bootstrap(x, y)
-                summary[f"{task}/bernini-no_plan/{a}"] = d
-                attr_pairs.append([task, a, len(common), paired_cell(d)])
-    lines += markdown_table(["task", "attribute", "items", "bernini - no_plan"], attr_pairs)
+        by = {m: {r["item"]: r for r in rs if r["method"] == m} for m in METHODS}
+        multi = {r["item"] for r in rs if r["n_refs"] >= 2}
+        for a, b in ATTRIBUTE_PAIRS:
+            common = sorted(set(by[a]) & set(by[b]) & (multi if b == "plain_rope" else set(by[a])))
+            for attr in ("color", "shape", "direction"):
+                if not common:
+                    continue
+                share = lambda r: float(np.mean([bool(o[attr]) for o in r["objects"] if o[attr] is not None] or [0]))  # noqa: E731
+                d = paired_bootstrap([share(by[a][i]) for i in common], [share(by[b][i]) for i in common])
+                summary[f"{task}/{a}-{b}/{attr}"] = d
+                attr_pairs.append([task, f"{a} - {b}", attr, len(common), paired_cell(d)])
+    lines += markdown_table(["task", "comparison", "attribute", "items", "difference"], attr_pairs)
     lines += ["", "## v2v: the asked change by edit kind", ""]
     kinds = [[method, kind, len(rs), accuracy_cell(_accuracy([r["asked"] for r in rs if r["asked"] is not None]))
               if any(r["asked"] is not None for r in rs) else "-"]

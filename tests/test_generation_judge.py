@@ -151,3 +151,16 @@ def test_bad_inputs_name_the_argument(call, name):
     with pytest.raises(InputError) as err:
         call()
     assert err.value.name == name and f"invalid {name}=" in str(err.value)
+
+
+def test_match_extra_limits_candidates_to_the_most_prominent_detections():
+    from scorers.generation import ClipJudgement, DetectedObject, JudgeConfig, judge_against
+
+    def obj(color, shape):
+        return DetectedObject(color, shape, "medium", 6.0, np.arange(4), np.zeros((4, 2)), None, 0.9)
+
+    judged = ClipJudgement([obj("blue", "square"), obj("green", "circle"), obj("red", "star")], 16, 64, 64)  # largest first
+    record = {"objects": [{"id": 0, "color": "red", "shape": "star"}]}
+    assert judge_against(judged, record, JudgeConfig(match_extra=None))["all_correct"]  # every blob a candidate
+    limited = judge_against(judged, record)  # the default: the N + 1 most prominent only
+    assert not limited["objects"][0]["color"] and limited["extra_detections"] == 2
