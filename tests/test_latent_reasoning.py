@@ -118,6 +118,28 @@ def test_pointing_first_leaves_the_answer_out_before_answer_from(text, spatial_i
     assert both.item() > start_only.item() + 1e-3
 
 
+def test_the_answer_still_learns_when_it_starts_after_pointing_first(text, spatial_items):
+    from training.gelvr_sft import SFTRecipe, sft_losses
+
+    model = tiny_model().train()
+    data = SpatialItems(model, text, spatial_items)
+    recipe, idx = SFTRecipe(variant="full", num_slots=3, lambda_pointer=1.0, answer_from=30), np.arange(len(spatial_items))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+
+    def answer_ce() -> float:
+        with torch.no_grad():
+            return float(sft_losses(model, data, idx, recipe)["ce"] - sft_losses(model, data, idx, recipe, with_answer=False)["ce"])
+
+    for step in range(90):
+        if step == recipe.answer_from:
+            before = answer_ce()
+        loss = sum(sft_losses(model, data, idx, recipe, with_answer=step >= recipe.answer_from).values())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert answer_ce() < min(0.5, before / 4)  # the switch turns a real gradient on: six answers are memorised
+
+
 def test_sft_lowers_every_loss_term_and_a_gepo_step_runs(text, spatial_items):
     from training.gelvr_rl import RLRecipe, collect, replayed
     from training.gelvr_sft import SFTRecipe, evaluate, sft_losses
