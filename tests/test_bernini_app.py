@@ -84,3 +84,12 @@ def test_benchmark_at_toy_scale(tmp_path):
     res = json.loads((out / "results.json").read_text())
     assert {r["key"] for r in res["rows"]} == {"t2v:0:bernini", "t2v:0:no_plan", "v2v:0:bernini", "v2v:0:no_plan", "v2v:0:copy_source"}
     assert res["summary"]["v2v/copy_source"]["psnr_outside_edit"] == 60.0
+
+
+def test_planner_settings_parse_and_name_a_bad_field():
+    from benchmarks.planner_settings import FIELDS, parse_settings
+
+    assert parse_settings("planning_steps=4;txt_cfg=2.5,img_cfg=2;", FIELDS) == [{"planning_steps": 4.0}, {"txt_cfg": 2.5, "img_cfg": 2.0}]
+    for bad in ("steps=4", "txt_cfg", "txt_cfg=high"):
+        with pytest.raises(SystemExit, match="invalid --settings"):
+            parse_settings(bad, FIELDS)

@@ -1,0 +1,123 @@
+"""The Bernini planner's inference settings against its plan quality, on held-out items, no training.
+
+    python -m benchmarks.planner_settings [--split val] [--n 20] [--planner weights/builtin/planner]
+        [--settings "planning_steps=4;planning_steps=64;txt_cfg=2.5,img_cfg=2"] [--out outputs/bench/planner_settings]
+
+Each setting (``;`` between settings, ``,`` between the fields of one) overrides the saved
+``SemanticPlannerConfig`` for a whole pass over the first ``--n`` items per task of ``training.bernini_data``
+(t2v, v2v, r2v), each planned with its index as the seed; the saved config itself always runs first. A plan
+is scored as the planner's trainer scores it (``training.planner.plan_agreement``: mean cosine of each plan
+token to the ground-truth token at its place), and each setting is paired against the saved config on the
+same items (bootstrap 95%). What a setting does to rendered clips is ``benchmarks.bernini``'s to measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import command_line, group_rows, markdown_table, paired_bootstrap, paired_cell, write_results
+
+logger = logging.getLogger("benchmarks.planner_settings")
+
+
+def parse_settings(text: str, fields: set[str]) -> list[dict[str, float]]:
+    """``"a=1,b=2;c=3"`` -> ``[{"a": 1.0, "b": 2.0}, {"c": 3.0}]``, each field one of ``fields``."""
+    settings = []
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        setting = {}
+        for pair in part.split(","):
+            name, eq, value = pair.partition("=")
+            name = name.strip()
+            if not eq or name not in fields:
+                raise SystemExit(f"error: invalid --settings entry {pair!r}: write field=value with a field of {sorted(fields)}")
+            try:
+                setting[name] = float(value)
+            except ValueError:
+                raise SystemExit(f"error: invalid --settings value {value!r} for {name}: give a number") from None
+        settings.append(setting)
+    return settings
+
+
+FIELDS = {"planning_steps", "denoising_steps", "temperature", "txt_cfg", "img_cfg"}
+INTEGERS = {"planning_steps", "denoising_steps"}
+
+
+def run(args) -> list[dict]:
+    import torch
+
+    from planners.semantic.planner import SemanticPlanner
+    from training.bernini_data import load_pools
+    from training.planner import plan_agreement, request_of
+    from training.renderer import TextStates
+
+    torch.set_num_threads(args.threads)
+    planner = SemanticPlanner.from_pretrained(args.planner).eval()
+    saved = dataclasses.replace(planner.config)
+    pools, texts, rows = load_pools(args.split, args.seed, args.n, workers=1), TextStates(), []
+    for setting in [{}] + args.settings:
+        for k in FIELDS:  # in place: the planner's parts read its config object
+            setattr(planner.config, k, setting[k] if k in setting else getattr(saved, k))
+            if k in INTEGERS:
+                setattr(planner.config, k, int(getattr(planner.config, k)))
+        name = ",".join(f"{k}={v:g}" for k, v in setting.items()) or "saved"
+        for task, pool in pools.items():
+            for i in range(min(args.n, len(pool))):
+                with torch.no_grad():
+                    plan = planner.plan(request_of(pool, i, texts), grid=tuple(pool.plan.shape[1:4]), generator=int(pool.index[i])).tokens
+                cosine = plan_agreement(plan, torch.from_numpy(pool.plan[i].astype(np.float32)))["cosine"]
+                rows.append({"setting": name, "task": task, "item": i, "cosine": round(cosine, 5)})
+        logger.info("%s: %s", name, {t: round(float(np.mean([r["cosine"] for r in rs])), 4)
+                                     for t, rs in group_rows([r for r in rows if r["setting"] == name], lambda r: r["task"]).items()})
+    return rows
+
+
+def summarise(rows: list[dict], split: str) -> tuple[dict, str]:
+    by = {k: {r["item"]: r["cosine"] for r in rs} for k, rs in group_rows(rows, lambda r: (r["setting"], r["task"])).items()}
+    summary, table = {}, []
+    for (name, task), cos in by.items():
+        base = by[("saved", task)]
+        common = sorted(set(cos) & set(base))
+        d = paired_bootstrap([cos[i] for i in common], [base[i] for i in common]) if name != "saved" else None
+        summary[f"{name}/{task}"] = {"cosine": float(np.mean(list(cos.values()))), "items": len(cos), "minus_saved": d}
+        table.append([name, task, len(cos), f"{np.mean(list(cos.values())):.3f}", paired_cell(d) if d else "-"])
+    lines = [f"# The Bernini planner's inference settings ({split} split)", "",
+             "Mean plan-token cosine to the ground truth; each setting minus the saved config on the same items (x100, bootstrap 95%).", ""]
+    lines += markdown_table(["setting", "task", "items", "cosine", "minus saved (x100)"], table)
+    return summary, "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.planner_settings", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--split", choices=("val", "test"), default="val", help="choose settings on val (default)")
+    ap.add_argument("--n", type=int, default=20, help="items per task (default 20)")
+    ap.add_argument("--planner", default="weights/builtin/planner", help="a saved planner folder")
+    ap.add_argument("--settings", default="planning_steps=4;planning_steps=64;denoising_steps=10;txt_cfg=1,img_cfg=1;txt_cfg=2.5;img_cfg=2",
+                    help="';'-separated settings, each ','-separated field=value (fields: %s)" % ", ".join(sorted(FIELDS)))
+    ap.add_argument("--seed", type=int, default=0, help="the pools' seed (training.bernini_data)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=Path("outputs/bench/planner_settings"))
+    args = ap.parse_args(argv)
+    if args.n < 1:
+        ap.error(f"invalid --n {args.n}: give at least 1 item per task")
+    if not Path(args.planner).is_dir():
+        ap.error(f"invalid --planner {args.planner!r}: not a folder; give a saved planner (weights/builtin/planner)")
+    args.settings = parse_settings(args.settings, FIELDS)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    rows = run(args)
+    summary, markdown = summarise(rows, args.split)
+    write_results(args.out, {"command": command_line("benchmarks.planner_settings", argv)}, summary, rows, markdown)
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
