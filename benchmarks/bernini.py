@@ -160,6 +160,22 @@ def _accuracy(flags):
     return accuracy(flags).to_dict()
 
 
+def _paired_items(rows: list[dict], comparisons):
+    """For each ``(a, b)`` of ``comparisons`` with shared items in one task's ``rows``: ``(a, b, items, rows by method and
+    item)``; ``plain_rope`` is compared on the items with 2+ references only (where SA-3D's segment phases matter)."""
+    by = {m: {r["item"]: r for r in rows if r["method"] == m} for m in METHODS}
+    multi = {r["item"] for r in rows if r["n_refs"] >= 2}
+    for a, b in comparisons:
+        common = sorted(set(by[a]) & set(by[b]) & (multi if b == "plain_rope" else set(by[a])))
+        if common:
+            yield a, b, common, by
+
+
+def _share_right(row: dict, attr: str) -> float:
+    """The share of a clip's caption objects whose ``attr`` reads right (0 when none has it)."""
+    return float(np.mean([bool(o[attr]) for o in row["objects"] if o[attr] is not None] or [0]))
+
+
 def summarise(rows: list[dict]) -> tuple[dict, str]:
     summary: dict = {}
     lines = ["# Bernini on held-out worldgen prompts (test split, 16 frames at 64x64)", "",
@@ -185,30 +201,21 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
     lines += markdown_table(["task", "method", "clips", "colour", "shape", "direction", "size", "clips all right",
                              "asked change (v2v) / subject (r2v)", "PSNR target", "PSNR outside edit", "s / clip"], table)
     lines += ["", "## The plan's effect, paired on the same items (clips all right, percentage points, bootstrap 95%)", ""]
-    pairs = []
-    for task, rs in group_rows(rows, lambda r: r["task"]).items():
-        by = {m: {r["item"]: r["all_correct"] for r in rs if r["method"] == m} for m in METHODS}
-        multi = {r["item"] for r in rs if r["n_refs"] >= 2}  # SA-3D matters with two or more references
-        for a, b in (("bernini", "no_plan"), ("oracle_plan", "bernini"), ("bernini", "no_guidance"), ("bernini", "plain_rope")):
-            common = sorted(set(by[a]) & set(by[b]) & (multi if b == "plain_rope" else set(by[a])))
-            if common:
-                d = paired_bootstrap([float(by[a][i]) for i in common], [float(by[b][i]) for i in common])
-                summary[f"{task}/{a}-{b}"] = d
-                pairs.append([task, f"{a} - {b}", len(common), paired_cell(d)])
+    pairs, by_task = [], group_rows(rows, lambda r: r["task"])
+    for task, rs in by_task.items():
+        for a, b, common, by in _paired_items(rs, (("bernini", "no_plan"), ("oracle_plan", "bernini"), ("bernini", "no_guidance"),
+                                                   ("bernini", "plain_rope"))):
+            d = paired_bootstrap([float(by[a][i]["all_correct"]) for i in common], [float(by[b][i]["all_correct"]) for i in common])
+            summary[f"{task}/{a}-{b}"] = d
+            pairs.append([task, f"{a} - {b}", len(common), paired_cell(d)])
     lines += markdown_table(["task", "comparison", "items", "difference"], pairs)
     lines += ["", "## Paired on the same items: each caption object's colour, shape and direction (percentage points)", ""]
     lines += ["(`plain_rope` on the r2v items with 2+ references, where SA-3D's segment phases matter.)", ""]
     attr_pairs = []
-    for task, rs in group_rows(rows, lambda r: r["task"]).items():
-        by = {m: {r["item"]: r for r in rs if r["method"] == m} for m in METHODS}
-        multi = {r["item"] for r in rs if r["n_refs"] >= 2}
-        for a, b in ATTRIBUTE_PAIRS:
-            common = sorted(set(by[a]) & set(by[b]) & (multi if b == "plain_rope" else set(by[a])))
+    for task, rs in by_task.items():
+        for a, b, common, by in _paired_items(rs, ATTRIBUTE_PAIRS):
             for attr in ("color", "shape", "direction"):
-                if not common:
-                    continue
-                share = lambda r: float(np.mean([bool(o[attr]) for o in r["objects"] if o[attr] is not None] or [0]))  # noqa: E731
-                d = paired_bootstrap([share(by[a][i]) for i in common], [share(by[b][i]) for i in common])
+                d = paired_bootstrap([_share_right(by[a][i], attr) for i in common], [_share_right(by[b][i], attr) for i in common])
                 summary[f"{task}/{a}-{b}/{attr}"] = d
                 attr_pairs.append([task, f"{a} - {b}", attr, len(common), paired_cell(d)])
     lines += markdown_table(["task", "comparison", "attribute", "items", "difference"], attr_pairs)

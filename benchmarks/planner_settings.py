@@ -24,10 +24,12 @@ import numpy as np
 from benchmarks.common import command_line, group_rows, markdown_table, paired_bootstrap, paired_cell, write_results
 
 logger = logging.getLogger("benchmarks.planner_settings")
+FIELDS = {"planning_steps", "denoising_steps", "temperature", "txt_cfg", "img_cfg"}
+INTEGERS = {"planning_steps", "denoising_steps"}
 
 
 def parse_settings(text: str, fields: set[str]) -> list[dict[str, float]]:
-    """``"a=1,b=2;c=3"`` -> ``[{"a": 1.0, "b": 2.0}, {"c": 3.0}]``, each field one of ``fields``."""
+    """``"a=1,b=2;c=3"`` -> ``[{"a": 1.0, "b": 2.0}, {"c": 3}]``, each field one of ``fields`` (``INTEGERS`` as int)."""
     settings = []
     for part in (p.strip() for p in text.split(";")):
         if not part:
@@ -39,15 +41,14 @@ def parse_settings(text: str, fields: set[str]) -> list[dict[str, float]]:
             if not eq or name not in fields:
                 raise SystemExit(f"error: invalid --settings entry {pair!r}: write field=value with a field of {sorted(fields)}")
             try:
-                setting[name] = float(value)
+                number = float(value)
             except ValueError:
                 raise SystemExit(f"error: invalid --settings value {value!r} for {name}: give a number") from None
+            if name in INTEGERS and not number.is_integer():
+                raise SystemExit(f"error: invalid --settings value {value!r} for {name}: give a whole number")
+            setting[name] = int(number) if name in INTEGERS else number
         settings.append(setting)
     return settings
-
-
-FIELDS = {"planning_steps", "denoising_steps", "temperature", "txt_cfg", "img_cfg"}
-INTEGERS = {"planning_steps", "denoising_steps"}
 
 
 def run(args) -> list[dict]:
@@ -58,18 +59,24 @@ def run(args) -> list[dict]:
     from training.planner import plan_agreement, request_of
     from training.renderer import TextStates
 
+    from tqdm.auto import tqdm
+
+    from core.errors import InputError
+
     torch.set_num_threads(args.threads)
     planner = SemanticPlanner.from_pretrained(args.planner).eval()
     saved = dataclasses.replace(planner.config)
+    try:  # every setting checked by the config's own validation before any planning
+        configs = [dataclasses.replace(saved, **setting) for setting in [{}] + args.settings]
+    except InputError as e:
+        raise SystemExit(f"error: --settings: {e}") from None
     pools, texts, rows = load_pools(args.split, args.seed, args.n, workers=1), TextStates(), []
-    for setting in [{}] + args.settings:
+    for setting, config in zip([{}] + args.settings, configs):
         for k in FIELDS:  # in place: the planner's parts read its config object
-            setattr(planner.config, k, setting[k] if k in setting else getattr(saved, k))
-            if k in INTEGERS:
-                setattr(planner.config, k, int(getattr(planner.config, k)))
+            setattr(planner.config, k, getattr(config, k))
         name = ",".join(f"{k}={v:g}" for k, v in setting.items()) or "saved"
         for task, pool in pools.items():
-            for i in range(min(args.n, len(pool))):
+            for i in tqdm(range(min(args.n, len(pool))), desc=f"{name} {task}", unit="plan", leave=False):
                 with torch.no_grad():
                     plan = planner.plan(request_of(pool, i, texts), grid=tuple(pool.plan.shape[1:4]), generator=int(pool.index[i])).tokens
                 cosine = plan_agreement(plan, torch.from_numpy(pool.plan[i].astype(np.float32)))["cosine"]

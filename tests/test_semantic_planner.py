@@ -331,6 +331,8 @@ def test_bad_arguments_name_the_argument(tmp_path):
         SemanticPlannerConfig(token_dim=0)
     with pytest.raises(InputError, match="imgcond_without_sources"):
         SemanticPlannerConfig(imgcond_without_sources="maybe")
+    with pytest.raises(InputError, match="temperature"):
+        SemanticPlannerConfig(temperature=-0.5)
     with pytest.raises(InputError, match="directory"):
         SemanticPlanner.from_pretrained(tmp_path)
 

@@ -161,7 +161,7 @@ class SemanticPlannerConfig:
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 1):
                 raise InputError(name, v, "use a positive integer or None")
-        for name in ("txt_cfg", "img_cfg", "cot_weight", "head_shift"):
+        for name in ("txt_cfg", "img_cfg", "cot_weight", "head_shift", "temperature"):
             v = getattr(self, name)
             if not _is_real(v) or v < 0:
                 raise InputError(name, v, "use a finite number >= 0")
