@@ -291,6 +291,67 @@ def test_loss_scores_masked_positions_and_cot():
     assert no_cot.cot is None and no_cot.num_masked == 3
 
 
+# ---- local context [PROPOSED] ------------------------------------------------------------------------------
+
+
+def test_local_context_starts_as_the_planner_without_it():
+    plain = tiny_planner().eval()
+    local = tiny_planner(local_context=3).eval()
+    missing, unexpected = local.load_state_dict(plain.state_dict(), strict=False)
+    assert not unexpected and missing and all(k.startswith("local.") for k in missing)
+    for p in (plain.head.final.parameters(), local.head.final.parameters()):
+        for w in p:
+            torch.nn.init.constant_(w, 0.1)
+    a = plain.plan("a red square", generator=torch.Generator().manual_seed(3))
+    b = local.plan("a red square", generator=torch.Generator().manual_seed(3))
+    assert torch.allclose(a.tokens, b.tokens, atol=1e-6)
+    edit = {"sources": [source((1, 2, 3))], "task": "v2v"}  # a source with the target's grid reaches the module
+    a = plain.plan("make it blue", generator=torch.Generator().manual_seed(3), **edit)
+    b = local.plan("make it blue", generator=torch.Generator().manual_seed(3), **edit)
+    assert torch.allclose(a.tokens, b.tokens, atol=1e-6)
+    target = torch.randn(1, 2, 3, TOKEN_DIM)
+    ex = PlanExample(PlanRequest(prompt="x"), target, dropout=False)
+    assert torch.allclose(plain.loss(ex, generator=0).loss, local.loss(ex, generator=0).loss, atol=1e-6)
+
+
+def test_local_context_reaches_neighbours_only_and_trains():
+    planner = tiny_planner(local_context=3)
+    torch.nn.init.normal_(planner.local.outer.weight, std=0.1)
+    grid = (3, 5, 5)
+    rows = torch.randn(75, 32)
+    src = torch.randn(75, 32)
+    base = planner.local(rows, grid, src)
+    for moved in (rows, src):
+        changed = moved.clone()
+        changed[0] += 5.0  # position (0, 0, 0): two 3x3x3 layers reach (t, y, x) with every coordinate <= 2
+        args = (changed, grid, src) if moved is rows else (rows, grid, changed)
+        diff = (planner.local(*args) - base).abs().sum(-1).reshape(grid)
+        assert float(diff[:, :3, :3].sum()) > 0 and float(diff[:, 3:, :].sum()) == 0 and float(diff[:, :, 3:].sum()) == 0
+    # streams that drop the sources (CFG's uncond) see none
+    seen, blind = planner._stream_locals(rows, grid, src, [True, False])
+    assert torch.equal(seen, base) and torch.equal(blind, planner.local(rows, grid, None))
+    for p in planner.head.final.parameters():  # a zero-initialised head passes no gradient to its condition
+        torch.nn.init.normal_(p, std=0.2)
+    ex = PlanExample(PlanRequest(prompt="x"), torch.randn(1, 2, 3, TOKEN_DIM), dropout=False)
+    planner.loss(ex, generator=0).loss.backward()
+    assert planner.local.outer.weight.grad is not None and float(planner.local.outer.weight.grad.abs().sum()) > 0
+
+
+def test_local_context_saves_and_reloads(tmp_path):
+    planner = tiny_planner(local_context=3).eval()
+    torch.nn.init.normal_(planner.local.outer.weight, std=0.1)
+    for p in planner.head.final.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    planner.save_pretrained(tmp_path / "planner")
+    again = SemanticPlanner.from_pretrained(tmp_path / "planner")
+    a = planner.plan("a red square", generator=torch.Generator().manual_seed(2))
+    b = again.plan("a red square", generator=torch.Generator().manual_seed(2))
+    assert torch.equal(a.tokens, b.tokens) and again.config.local_context == 3
+    for bad in (2, -1, 1.5):
+        with pytest.raises(InputError, match="local_context"):
+            SemanticPlannerConfig(local_context=bad)
+
+
 # ---- persistence and arguments ---------------------------------------------------------------------------
 
 

@@ -24,7 +24,7 @@ instead of refitting); how well it represents the VAL targets (mean cosine betwe
 the ceiling of any codebook plan) is logged, and evaluation adds that ceiling per task.
 
     python -m training.planner --out DIR [--steps N] [--stop-at STEP] [--tiny] [--no-resume] [--eval-only]
-                               [--head {flow,codebook}] [--codebook-size K]
+                               [--head {flow,codebook}] [--codebook-size K] [--local-context K] [--init DIR]
 """
 
 from __future__ import annotations
@@ -89,6 +89,8 @@ class PlannerRecipe:
     # the codebook head's k-means fit [PROPOSED]: at most 200k TRAIN target tokens, 20 Lloyd iterations
     codebook_sample: int = 200_000
     codebook_iters: int = 20
+    # start from this saved planner's weights (a fine-tune); modules it lacks (e.g. local_context) start fresh
+    init: str | None = None
 
     def resolved(self) -> PlannerRecipe:
         if len(self.mix) != len(TASKS) or any(m < 0 for m in self.mix) or not sum(self.mix) > 0:
@@ -287,6 +289,9 @@ def parse_args(argv=None):
     ap.add_argument("--head", choices=("flow", "codebook"),
                     help="the plan head: flow (spec, default) or codebook (discrete plan, MaskGIT over k-means codes) [PROPOSED]")
     ap.add_argument("--codebook-size", type=int, help="codes in the codebook (default 512) [PROPOSED]")
+    ap.add_argument("--local-context", type=int, metavar="K",
+                    help="a KxKxK convolution over the target grid joins the head's condition (0 = off) [PROPOSED]")
+    ap.add_argument("--init", metavar="DIR", help="start from the weights of the planner saved in DIR (fine-tune)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     return args
@@ -310,6 +315,31 @@ def head_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resumi
     return replace(recipe, planner=replace(p, head=head, codebook_size=size))
 
 
+def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resuming: bool) -> PlannerRecipe:
+    """``recipe`` with ``--local-context`` and ``--init`` applied; a resumed run cannot change the model's shape."""
+    local = recipe.planner.local_context if args.local_context is None else args.local_context
+    if resuming and saved is not None and local != saved.planner.local_context:
+        raise InputError("--local-context", local, f"{args.out} holds a checkpoint with local_context "
+                                                   f"{saved.planner.local_context}; resume without the flag, or pass "
+                                                   "--no-resume / a new --out")
+    if args.init is not None and not (Path(args.init) / "config.json").is_file():
+        raise InputError("--init", args.init, "pass a folder holding a saved planner (config.json + model.safetensors)")
+    return replace(recipe, planner=replace(recipe.planner, local_context=local),
+                   init=recipe.init if args.init is None else args.init)
+
+
+def init_weights(model: SemanticPlanner, directory: str) -> None:
+    """Copy a saved planner's weights into ``model``: every tensor must match, and only modules the saved
+    planner lacks (the local context) may be left at their fresh initialisation."""
+    src = SemanticPlanner.from_pretrained(directory)
+    missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
+    fresh = [k for k in missing if not k.startswith("local.")]
+    if fresh or unexpected:
+        raise InputError("--init", directory, f"its weights do not fit this recipe's planner (missing {fresh}, "
+                                              f"unexpected {unexpected}); the sizes must match")
+    logger.info("initialised from %s (fresh: %s)", directory, sorted({k.split(".")[0] for k in missing}) or "none")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = check_run_dir(args.out, KIND, "planner")
@@ -317,10 +347,11 @@ def main(argv=None) -> int:
     resuming = saved is not None and (out / "run" / "checkpoint" / "state.pt").is_file()
     if resuming:  # refuse a head the checkpoint does not hold before anything is written
         head_recipe(saved, args, saved, resuming)
+        option_recipe(saved, args, saved, resuming)
     # --tiny rebuilds its recipe each run: give it the head too, so resuming a tiny run compares like with like
     recipe = script_recipe(PlannerRecipe, out, args, lambda o: head_recipe(tiny_recipe(o), args, saved, resuming), KIND,
                            "python -m training.planner")
-    with_head = head_recipe(recipe, args, saved, resuming)
+    with_head = option_recipe(head_recipe(recipe, args, saved, resuming), args, saved, resuming)
     if with_head != recipe:  # script_recipe saved the recipe before the head flags: save it again
         recipe = with_head
         write_json_atomic(out / TRAIN_CONFIG, {"model": KIND, "recipe": PlannerRecipe.__name__,
@@ -340,6 +371,8 @@ def main(argv=None) -> int:
     texts.add([t for p in (*pools.values(), *val.values()) for t in p.text])
     torch.manual_seed(recipe.train.seed)  # the initial weights depend on the recipe alone
     model = builtin_planner(recipe.planner, recipe.backbone)
+    if recipe.init and not resuming:
+        init_weights(model, recipe.init)
     trainer = Trainer(model, loss_fn, recipe.train, out / "run", evaluate=lambda m: evaluate(m, val, texts, recipe.val_items))
     resumed = False if args.no_resume else trainer.load_checkpoint()
     extra: dict = {}

@@ -61,6 +61,7 @@ from planners.semantic.layout import (
     check_grid,
     pad_batch,
 )
+from planners.semantic.local_context import LocalContext
 from renderers import flow
 
 logger = logging.getLogger(__name__)
@@ -145,6 +146,9 @@ class SemanticPlannerConfig:
     # rest (MaskGIT-style editing: keep what the model finds likely, regenerate the remainder; confidence reveal only);
     # None: off
     keep_source: float | None = None
+    # [PROPOSED] local context (local_context.py): kernel of a 3-D convolution over the target grid whose output
+    # joins each target position's head condition; 0 = off (the spec's planner)
+    local_context: int = 0
 
     def __post_init__(self):
         self.plan_grid = check_grid("plan_grid", self.plan_grid)
@@ -192,6 +196,8 @@ class SemanticPlannerConfig:
                                                     "or head='codebook'")
         if not _is_real(self.choice_temperature) or self.choice_temperature < 0:
             raise InputError("choice_temperature", self.choice_temperature, "use a finite number >= 0 (MaskGIT: 4.5)")
+        if not _is_int(self.local_context) or self.local_context < 0 or (self.local_context and self.local_context % 2 == 0):
+            raise InputError("local_context", self.local_context, "use 0 (off) or an odd kernel size such as 3")
         if self.keep_source is not None and (not _is_real(self.keep_source) or not 0 < self.keep_source <= 1):
             raise InputError("keep_source", self.keep_source, "use a probability in (0, 1], or None to regenerate every token")
 
@@ -314,6 +320,7 @@ class SemanticPlanner(nn.Module):
         self.text_proj = nn.Linear(c.text_embed_dim, h) if c.text_embed_dim else None
         self.mask_tokens = nn.Parameter(torch.randn(1, c.num_mask_tokens, h) * 0.02)
         self.for_vit = nn.Sequential(nn.Linear(h, h), nn.GELU(), nn.Linear(h, h), nn.RMSNorm(h, eps=1e-6), nn.Linear(h, h))
+        self.local = LocalContext(h, c.local_context) if c.local_context else None
         if c.head == "codebook":
             self.head = codebook_lib.CodebookHead(c.token_dim, h, c.codebook_size, c.head_width, c.head_depth)
         else:
@@ -394,6 +401,23 @@ class SemanticPlanner(nn.Module):
     def _conditions(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.for_vit(hidden.to(self.mask_tokens.dtype))
 
+    def _aligned_source(self, request: PlanRequest, grid: tuple[int, int, int]) -> torch.Tensor | None:
+        """The rows of the request's source video when it has the target's grid (an edit), else None."""
+        src = [s for s in request.sources if s.kind == "video"]
+        return self._source_rows(src[0]) if src and src[0].grid == tuple(grid) else None
+
+    def _stream_locals(self, rows: torch.Tensor, grid: tuple[int, int, int], source: torch.Tensor | None,
+                       visuals: list[bool], positions: torch.Tensor | None = None) -> list[torch.Tensor | float]:
+        """Each stream's local-context term (0 when the planner has none) at ``positions`` (all when None),
+        from the target ``rows`` now; only a stream that keeps the visuals sees the aligned ``source``."""
+        if self.local is None:
+            return [0.0] * len(visuals)
+        rows = rows.to(self.mask_tokens.dtype)
+        pick = (lambda t: t) if positions is None else (lambda t: t[positions])
+        seen = pick(self.local(rows, grid, source)) if source is not None and any(visuals) else None
+        blind = pick(self.local(rows, grid, None)) if source is None or not all(visuals) else None
+        return [seen if v and source is not None else blind for v in visuals]
+
     def _mask_row(self, n: int) -> torch.Tensor:
         return self.mask_tokens[0, :1].expand(n, -1)
 
@@ -470,7 +494,7 @@ class SemanticPlanner(nn.Module):
             raise InputError("batch", type(batch).__name__, "pass a PlanExample or a non-empty list of them")
         c = self.config
         discrete = c.head == "codebook"
-        items, targets, masks = [], [], []
+        items, targets, masks, locals_ = [], [], [], []
         for i, ex in enumerate(examples):
             y = ex.target
             if not isinstance(y, torch.Tensor) or y.ndim != 4 or y.shape[-1] != c.token_dim or not y.is_floating_point():
@@ -505,9 +529,12 @@ class SemanticPlanner(nn.Module):
                                      cot_loss=True, target_rows=rows))
             targets.append(y)
             masks.append(m)
+            source = None if drop_vis else self._aligned_source(req, grid)
+            locals_.append(self._stream_locals(rows, grid, source, [True])[0])
         batch_t, states = self._forward(items)
         hidden = states[-2]
-        z = torch.cat([self._conditions(hidden[b, it["target_index"]]) for b, it in enumerate(items)])
+        z = torch.cat([self._conditions(hidden[b, it["target_index"]]) + loc
+                       for b, (it, loc) in enumerate(zip(items, locals_))])
         if discrete:
             per_token = self.masked_code_loss(z, torch.cat(targets), torch.cat(masks))
         else:
@@ -612,14 +639,18 @@ class SemanticPlanner(nn.Module):
         embeds = batch["embeds"]
         mask = additive_mask(block_attention_mask(batch["token_type"], batch["segment_ids"]), embeds.dtype)
         target_index = [s["target_index"] for s in streams]
+        visuals = [True] + [True] * need_ic + [False] * need_u  # which streams keep the sources
+        source = self._aligned_source(request, grid) if self.local is not None else None
         tokens = torch.zeros(n, c.token_dim, device=self.device)
         if c.head == "codebook":
             return self._plan_codes(request, grid, steps, txt_cfg, img_cfg, temperature, g, callback, use_cot, cot_ids,
-                                    embeds, mask, batch["position_ids"], target_index, need_ic, need_u, tokens)
+                                    embeds, mask, batch["position_ids"], target_index, need_ic, need_u, tokens,
+                                    source, visuals)
 
         def predict(step: int, positions: torch.Tensor) -> torch.Tensor:
             hidden = self.backbone(embeds, mask, batch["position_ids"])[-2]
-            z = [self._conditions(hidden[b, idx[positions]]) for b, idx in enumerate(target_index)]
+            local = self._stream_locals(embeds[0, target_index[0]], grid, source, visuals, positions)
+            z = [self._conditions(hidden[b, idx[positions]]) + local[b] for b, idx in enumerate(target_index)]
             z_ic = z[1] if need_ic else None
             z_u = z[-1] if need_u else None
             return flow_head.sample_tokens(self.head, z[0], z_ic, z_u, token_dim=c.token_dim, steps=denoising_steps,
@@ -650,7 +681,8 @@ class SemanticPlanner(nn.Module):
     def _plan_codes(self, request: PlanRequest, grid: tuple[int, int, int], steps: int, txt_cfg: float, img_cfg: float,
                     temperature: float, g: torch.Generator | None, callback: StepCallback | None, use_cot: bool,
                     cot_ids: list[int], embeds: torch.Tensor, mask: torch.Tensor, position_ids: torch.Tensor,
-                    target_index: list[torch.Tensor], need_ic: bool, need_u: bool, tokens: torch.Tensor) -> PlanOutput:
+                    target_index: list[torch.Tensor], need_ic: bool, need_u: bool, tokens: torch.Tensor,
+                    source: torch.Tensor | None, visuals: list[bool]) -> PlanOutput:
         """``plan``'s loop for the codebook head (the streams are built): CFG on logits, codes written as vectors."""
         c = self.config
         head = self._codebook_head("head")
@@ -662,7 +694,8 @@ class SemanticPlanner(nn.Module):
 
         def predict_logits(step: int, positions: torch.Tensor) -> torch.Tensor:
             hidden = self.backbone(embeds, mask, position_ids)[-2]
-            z = torch.cat([self._conditions(hidden[b, idx[positions]]) for b, idx in enumerate(target_index)])
+            local = self._stream_locals(embeds[0, target_index[0]], grid, source, visuals, positions)
+            z = torch.cat([self._conditions(hidden[b, idx[positions]]) + local[b] for b, idx in enumerate(target_index)])
             per_stream = list(head(z).float().split(len(positions)))
             l_c = per_stream.pop(0)
             l_ic = per_stream.pop(0) if need_ic else l_c  # as in flow_head.sample_tokens: a stream the sum
