@@ -337,6 +337,17 @@ def test_local_context_reaches_neighbours_only_and_trains():
     assert planner.local.outer.weight.grad is not None and float(planner.local.outer.weight.grad.abs().sum()) > 0
 
 
+def test_init_weights_fills_the_local_context_and_refuses_other_sizes(tmp_path):
+    from training.planner import init_weights
+
+    tiny_planner().save_pretrained(tmp_path / "plain")
+    local = tiny_planner(local_context=3)
+    init_weights(local, str(tmp_path / "plain"))
+    assert torch.equal(local.mask_tokens, SemanticPlanner.from_pretrained(tmp_path / "plain").mask_tokens)
+    with pytest.raises(InputError, match="--init"):
+        init_weights(tiny_planner(head_width=48), str(tmp_path / "plain"))
+
+
 def test_local_context_saves_and_reloads(tmp_path):
     planner = tiny_planner(local_context=3).eval()
     torch.nn.init.normal_(planner.local.outer.weight, std=0.1)

@@ -332,7 +332,10 @@ def init_weights(model: SemanticPlanner, directory: str) -> None:
     """Copy a saved planner's weights into ``model``: every tensor must match, and only modules the saved
     planner lacks (the local context) may be left at their fresh initialisation."""
     src = SemanticPlanner.from_pretrained(directory)
-    missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
+    except RuntimeError as e:  # a tensor of another shape (another width, grid or head)
+        raise InputError("--init", directory, f"its weights do not fit this recipe's planner ({str(e).splitlines()[-1].strip()})") from None
     fresh = [k for k in missing if not k.startswith("local.")]
     if fresh or unexpected:
         raise InputError("--init", directory, f"its weights do not fit this recipe's planner (missing {fresh}, "
