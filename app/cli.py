@@ -22,10 +22,11 @@ Verbs:
 {pipelines}
   video      video utilities: probe (metadata), sample (frames + contact sheet), overlay (masks/captions)
   score      benchmark scorers that match the official evaluation code (vos: DAVIS-2017 J, F, J&F;
-             pose: COCO keypoint AP/AR and OKS by pycocotools, PCK, MPJPE)
+             pose: COCO keypoint AP/AR and OKS by pycocotools, PCK, MPJPE; mcq: letter extraction)
   batch      run any verb over a JSONL manifest, resumably, one result folder per item
   worldgen   generate synthetic-world datasets (masks, keypoints, tasks) and preview galleries
-  train      train a built-in model (vit, vlm) on worldgen, with evaluation and a model card
+  train      train a built-in model on worldgen, with evaluation and a model card (vit, vlm,
+             humor-sft, humor-rm, humor-rl, gelvr-sft, gelvr-rl)
   serve      start the web demo on http://127.0.0.1:7860
   demo       run the showcase jobs and write a gallery page (outputs/demo/index.html)
 
@@ -39,6 +40,9 @@ examples:
   atelier video sample clip.mp4 -n 16 -o frames/
   atelier video overlay clip.mp4 --motion --caption "moving parts" -o overlay.mp4
   atelier ask clip.mp4 -q "What colour is the ball?" --options red green blue --grid 8 -o answer/
+  atelier generate "a red star bouncing to the left" -o star.mp4
+  atelier edit clip.mp4 "make the blue square green" -o edited.mp4
+  atelier meme template.png --topic mondays -n 4 -o memes/
   atelier batch jobs.jsonl -o out/          # re-run the same line to resume
 """
 
@@ -60,10 +64,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="atelier", description=DESCRIPTION.format(pipelines="\n".join(f"  {a.verb:10s} {a.help}" for a in _pipeline_apps().values())),
+        prog="atelier", usage="atelier [-h] VERB ...", description=DESCRIPTION.format(pipelines="\n".join(f"  {a.verb:10s} {a.help}" for a in _pipeline_apps().values())),
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", prog="atelier", help=argparse.SUPPRESS)  # the description lists them
 
     p = sub.add_parser("info", help="versions, device, backends, weights, pipelines", description="Print versions, the compute device, available backends, the weights Atelier can find and the pipelines it offers.")
     _add_common(p)
