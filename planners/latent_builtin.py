@@ -49,6 +49,8 @@ MIN_SIDE = 128
 COORD_FREQUENCIES = 4
 IMAGE_TOKENS = ("cells", "objects")
 ANSWER_READS = ("all", "slots")
+OBJECT_READS = ("descriptor", "symbols", "both")
+IMAGE_POSITIONS = ("sequence", "shared")
 GEOMETRY = 7  # the last columns of an object token's features: valid, cx, cy, x0, y0, x1, y1 (fractions of the side)
 MASK_SIDE = 8
 PICTURE_GRID = 32  # object tokens' maps are painted onto this grid of the image for the pictures
@@ -94,12 +96,27 @@ class ReasonerConfig:
     # [PROPOSED] what the answer position (<end>) attends to: "all" (the spec's causal sequence) or "slots" (<start>,
     # the slots and itself, so what the answer knows of the image passed through the slots)
     answer_reads: str = "all"
+    # [PROPOSED] what an object token is made of: "descriptor" (its frozen features through the trainable projection),
+    # "symbols" (the probabilities of planners.object_attributes' head: shape, size word, colour, embedded) or "both";
+    # the place is added to each
+    object_reads: str = "descriptor"
+    # [PROPOSED] the image tokens' RoPE positions: "sequence" (0..N-1, their order in the sequence) or "shared" (all at
+    # 0, the text counting on from 1): object tokens are a set whose order (by area) means nothing, and their places
+    # are in their own features. Measured in a diagnostic on perfect symbolic object tokens (2026-12-03, one run
+    # each): the same LlamaModel learned the questions with shared positions and memorised them with sequence ones
+    image_positions: str = "sequence"
 
     def __post_init__(self):
         if self.image_tokens not in IMAGE_TOKENS:
             raise ValueError(f"image_tokens {self.image_tokens!r}: choose one of {IMAGE_TOKENS}")
         if self.answer_reads not in ANSWER_READS:
             raise ValueError(f"answer_reads {self.answer_reads!r}: choose one of {ANSWER_READS}")
+        if self.object_reads not in OBJECT_READS:
+            raise ValueError(f"object_reads {self.object_reads!r}: choose one of {OBJECT_READS}")
+        if self.image_positions not in IMAGE_POSITIONS:
+            raise ValueError(f"image_positions {self.image_positions!r}: choose one of {IMAGE_POSITIONS}")
+        if self.object_reads != "descriptor" and self.image_tokens != "objects":
+            raise ValueError(f"object_reads {self.object_reads!r} needs image_tokens='objects'")
 
     @property
     def vocab(self) -> list[str]:
@@ -152,6 +169,12 @@ class BuiltinLatentReasoner(nn.Module):
         w = c.vit.width
         self.attributes = nn.Sequential(nn.LayerNorm(w), nn.Linear(w, 256), nn.GELU(), nn.Linear(256, ATTRIBUTES)).requires_grad_(False)
         self.project = nn.Sequential(nn.LayerNorm(c.descriptor_dim), nn.Linear(c.descriptor_dim, d), nn.GELU(), nn.Linear(d, d), nn.LayerNorm(d))
+        if c.object_reads != "descriptor":
+            from planners.object_attributes import WIDTH, ObjectAttributeHead
+
+            # frozen while the reasoner trains: training.gelvr_sft fits it first, on worldgen's ground truth
+            self.perceive = ObjectAttributeHead(c.descriptor_dim, log_area=2 * (w + ATTRIBUTES) + 3).requires_grad_(False)
+            self.symbols = nn.Linear(WIDTH, d, bias=False)
         # each cell's place as fixed Fourier features of (x, y): "right of the anchor" is then a smooth function a query
         # can express from the first step, which learned position tables only become after long training
         self.coords = nn.Linear(4 * COORD_FREQUENCIES, d, bias=False)
@@ -249,13 +272,24 @@ class BuiltinLatentReasoner(nn.Module):
         boxes = torch.cat([centres - 0.5 / g, centres + 0.5 / g], -1)
         return centres.expand(b, -1, -1), boxes.expand(b, -1, -1), torch.ones(b, g * g, dtype=torch.bool, device=features.device)
 
+    def object_attributes(self, features: torch.Tensor) -> torch.Tensor:
+        """``(B, N, F)`` object-token features -> ``(B, N, 21)`` the attribute head's logits
+        (``planners.object_attributes.GROUPS``); only for ``object_reads`` other than "descriptor"."""
+        return self.perceive(features[..., : self.config.descriptor_dim], self.token_geometry(features)[2])
+
     # ---- the prefix
     def image_tokens(self, features: torch.Tensor) -> torch.Tensor:
         """``(B, N, feature_dim)`` -> the image tokens' input embeddings ``(B, N, d)`` (projection + 2-D position):
         the space slot targets and the slot-to-image maps live in. Object padding gets the padding embedding."""
         if self.config.image_tokens == "objects":
             centres, _, valid = self.token_geometry(features)
-            tokens = self.project(features[..., : self.config.descriptor_dim]) + self.coords(_fourier(centres * 2 - 1))
+            tokens = self.coords(_fourier(centres * 2 - 1))
+            if self.config.object_reads != "symbols":
+                tokens = tokens + self.project(features[..., : self.config.descriptor_dim])
+            if self.config.object_reads != "descriptor":
+                from planners.object_attributes import attribute_probabilities
+
+                tokens = tokens + self.symbols(attribute_probabilities(self.object_attributes(features)))
             return torch.where(valid[..., None], tokens, self.kind[2].expand_as(tokens))
         g = self.config.grid
         pos = (self.row[:, None] + self.col[None]).reshape(g * g, -1) + self.coords(self.cell_xy)
@@ -291,9 +325,10 @@ class BuiltinLatentReasoner(nn.Module):
               answer: bool = False) -> torch.Tensor | None:
         """The 4-D additive mask ``(b, 1, n_query, n_total)`` of the last ``n_query`` positions (default all): a
         prefix-LM's, and with ``answer`` and ``answer_reads="slots"`` the last position kept off the prefix (None:
-        plain causal)."""
+        plain causal). Shared image positions always get an explicit mask: given position ids that restart at 0,
+        transformers would take the sequence for several packed ones and mask between them."""
         bottleneck = answer and self.config.answer_reads == "slots"
-        if not self.config.prefix_lm and not bottleneck:
+        if not self.config.prefix_lm and not bottleneck and self.config.image_positions == "sequence":
             return None
         allowed = torch.ones(n_total, n_total, dtype=torch.bool, device=self.device).tril()
         if self.config.prefix_lm:
@@ -303,24 +338,35 @@ class BuiltinLatentReasoner(nn.Module):
         allowed = allowed[n_total - (n_query or n_total):]
         return torch.zeros(b, 1, *allowed.shape, dtype=dtype, device=self.device).masked_fill(~allowed, torch.finfo(dtype).min)
 
+    def _positions(self, start: int, length: int, batch: int) -> torch.Tensor | None:
+        """RoPE positions of sequence places ``start .. start + length - 1`` (None: the model's default, 0, 1, ...);
+        with ``image_positions="shared"`` the image tokens (the sequence's first ``num_tokens``) all sit at 0."""
+        if self.config.image_positions == "sequence":
+            return None
+        p = (torch.arange(start, start + length, device=self.device) - (self.config.num_tokens - 1)).clamp(min=0)
+        return p[None].expand(batch, -1)
+
     def run(self, prefix: dict, tail: torch.Tensor, answer: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.cat([prefix["embeds"], tail], 1)
         n = prefix["embeds"].shape[1]
         mask = self._mask(n, x.shape[1], len(x), x.dtype, answer=answer)
-        out = self.lm(inputs_embeds=x, attention_mask=mask, use_cache=False).last_hidden_state
+        out = self.lm(inputs_embeds=x, attention_mask=mask, position_ids=self._positions(0, x.shape[1], len(x)),
+                      use_cache=False).last_hidden_state
         return out[:, n:], self.head(out[:, n - 1 :])
 
     def begin(self, prefix: dict) -> tuple[object, torch.Tensor]:
         x = prefix["embeds"]
-        out = self.lm(inputs_embeds=x, attention_mask=self._mask(x.shape[1], x.shape[1], len(x), x.dtype), use_cache=True)
+        out = self.lm(inputs_embeds=x, attention_mask=self._mask(x.shape[1], x.shape[1], len(x), x.dtype),
+                      position_ids=self._positions(0, x.shape[1], len(x)), use_cache=True)
         return {"cache": out.cache, "prefix_len": x.shape[1]}, self.head(out.last_hidden_state[:, -1])
 
     def extend(self, state: dict, embeds: torch.Tensor, answer: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         mask = None  # causal over the cache: every earlier position
-        if answer and self.config.answer_reads == "slots":
-            total = state["cache"].get_seq_length() + embeds.shape[1]
-            mask = self._mask(state["prefix_len"], total, len(embeds), embeds.dtype, embeds.shape[1], answer=True)
-        out = self.lm(inputs_embeds=embeds, attention_mask=mask, cache=state["cache"], use_cache=True)
+        start = state["cache"].get_seq_length()
+        if (answer and self.config.answer_reads == "slots") or self.config.image_positions == "shared":
+            mask = self._mask(state["prefix_len"], start + embeds.shape[1], len(embeds), embeds.dtype, embeds.shape[1], answer=answer)
+        out = self.lm(inputs_embeds=embeds, attention_mask=mask, position_ids=self._positions(start, embeds.shape[1], len(embeds)),
+                      cache=state["cache"], use_cache=True)
         state["cache"] = out.cache
         return out.last_hidden_state, self.head(out.last_hidden_state)
 

@@ -14,7 +14,8 @@ class SpatialItems:
         from training.gelvr_data import record_item
 
         self.features = model.features(np.stack([s.images["image"] for s in samples])).half()
-        self.items = [record_item(s.record) for s in samples]
+        self.records = [s.record for s in samples]
+        self.items = [record_item(r) for r in self.records]
         self.questions = text.tokens([it.question for it in self.items])
         self.options = torch.stack([text.encode(it.options) for it in self.items])
 

@@ -22,10 +22,10 @@ def text():
     return MiniLM()
 
 
-def tiny_objects_model(seed: int = 0) -> BuiltinLatentReasoner:
+def tiny_objects_model(seed: int = 0, **config) -> BuiltinLatentReasoner:
     torch.manual_seed(seed)
     cfg = ReasonerConfig(d_model=32, layers=2, heads=2, mlp_ratio=2, num_slots=3, answers=answer_vocab(), image_tokens="objects",
-                         max_objects=40, vit=ViTConfig(width=32, depth=1, heads=2))
+                         max_objects=40, vit=ViTConfig(width=32, depth=1, heads=2), **config)
     return BuiltinLatentReasoner(cfg).eval()
 
 
@@ -161,6 +161,93 @@ def test_pipeline_on_object_tokens_pictures_and_reload(spatial_items, tmp_path):
     assert (tmp_path / "o" / "slots.png").is_file()
     again = LatentReasoningPipeline.build(components={"reasoner": str(tmp_path / "r")})(s.images["image"], s.record["question"], s.record["options"])
     assert again.posterior == out.posterior and np.array_equal(again.slots, out.slots)
+
+
+def test_attribute_targets_name_each_tokens_object_and_skip_padding(spatial_items):
+    from training.gelvr_data import object_attribute_targets
+    from worldgen.vocab import COLOR_NAMES, SHAPES, SIZE_NAMES
+
+    model = tiny_objects_model().requires_grad_(False)
+    s = spatial_items[0]
+    feats = model.features(s.images["image"])
+    y = object_attribute_targets(feats, [s.record])
+    valid = model.token_geometry(feats)[2][0]
+    assert (y[0, ~valid] == -100).all() and (y[0, valid, 0] >= 0).float().mean() > 0.9
+    centres = model.token_geometry(feats)[0][0] * 512
+    for k in torch.nonzero(y[0, :, 0] >= 0)[:5, 0].tolist():  # each matched token's class ids are its nearest object's
+        o = min(s.record["objects"], key=lambda o: float(np.hypot(o["x"] - centres[k, 0], o["y"] - centres[k, 1])))
+        assert y[0, k].tolist() == [SHAPES.index(o["shape"]), SIZE_NAMES.index(o["size"]), COLOR_NAMES.index(o["color"])]
+
+
+def test_attribute_loss_ignores_unmatched_tokens_and_is_finite_when_none_match():
+    from planners.object_attributes import WIDTH, attribute_loss, attribute_probabilities
+
+    logits = torch.randn(2, 5, WIDTH, requires_grad=True)
+    none = torch.full((2, 5, 3), -100)
+    assert float(attribute_loss(logits.detach(), none)) == 0.0
+    y = none.clone()
+    y[0, 1] = torch.tensor([3, 2, 9])
+    loss = attribute_loss(logits, y)
+    loss.backward()
+    assert torch.isfinite(loss) and logits.grad[0, 1].abs().sum() > 0 and logits.grad[1].abs().sum() == 0
+    p = attribute_probabilities(logits)
+    assert torch.allclose(p[..., :8].sum(-1), torch.ones(2, 5)) and torch.allclose(p[..., 11:].sum(-1), torch.ones(2, 5))
+
+
+def test_symbol_tokens_come_from_a_frozen_fitted_attribute_head(text, spatial_items, tmp_path):
+    from planners.latent_builtin import BuiltinLatentReasoner as Model
+    from training.gelvr_sft import train_object_attributes
+
+    with pytest.raises(ValueError, match="object_reads"):
+        ReasonerConfig(object_reads="pixels")
+    with pytest.raises(ValueError, match="image_tokens='objects'"):
+        ReasonerConfig(object_reads="symbols")
+    model = tiny_objects_model(object_reads="symbols")
+    assert not any(p.requires_grad for p in model.perceive.parameters()) and model.symbols.weight.requires_grad
+    data = SpatialItems(model, text, spatial_items)
+    facts = train_object_attributes(model, data, data, steps=150, batch=6, lr=3e-3)
+    assert not any(p.requires_grad for p in model.perceive.parameters())  # frozen again once fitted
+    assert facts["val_accuracy"]["color"] > 0.9 and facts["val_accuracy"]["shape"] > 0.5, facts  # on its training images
+    feats = data.features.float()
+    before = model.image_tokens(feats)
+    with torch.no_grad():
+        model.symbols.weight.mul_(2.0)  # the tokens read the head's probabilities, and nothing of the descriptor
+        model.project[1].weight.zero_()
+    after = model.image_tokens(feats)
+    valid = model.token_geometry(feats)[2]
+    assert not torch.allclose(before[valid], after[valid])
+    both = tiny_objects_model(object_reads="both")
+    assert both.image_tokens(feats).shape == before.shape
+    model.save_pretrained(tmp_path / "r")
+    again = Model.from_pretrained(tmp_path / "r")
+    assert again.config.object_reads == "symbols" and torch.equal(again.image_tokens(feats), model.eval().image_tokens(feats))
+
+
+@pytest.mark.parametrize("answer_reads", ["all", "slots"])
+def test_shared_image_positions_make_the_objects_a_set_and_replay_still_matches(text, spatial_items, answer_reads):
+    with pytest.raises(ValueError, match="image_positions"):
+        ReasonerConfig(image_positions="raster")
+    model = tiny_objects_model(image_positions="shared", answer_reads=answer_reads, prefix_lm=True)
+    assert model._positions(0, 43, 1)[0].tolist() == [0] * 40 + [1, 2, 3]
+    assert model._positions(45, 2, 3).tolist() == [[6, 7]] * 3
+    data = SpatialItems(model, text, spatial_items[:3])
+    feats = data.features.float()
+    pre = model.prefix(feats, data.questions, list(data.options))
+    with torch.no_grad():
+        r = latent.rollout(model, pre, 3)
+        rp = latent.replay(model, pre, r.slot_inputs)
+        assert torch.allclose(rp["answer_logits"], r.answer_logits, atol=1e-5)
+        assert torch.allclose(rp["means"], r.means, atol=1e-6)
+        # reordering the object tokens changes nothing: their order is not seen (padding stays last; the prefix-LM
+        # mask lets them attend both ways)
+        n = int(model.token_geometry(feats)[2][0].sum())
+        perm = torch.cat([torch.randperm(n, generator=torch.Generator().manual_seed(1)), torch.arange(n, feats.shape[1])])
+        shuffled = model.prefix(feats[:1, perm], data.questions[:1], [data.options[0]])
+        r1 = latent.rollout(model, shuffled, 3)
+        assert torch.allclose(r1.answer_logits, r.answer_logits[:1], atol=1e-4)
+        ordered = tiny_objects_model(answer_reads=answer_reads, prefix_lm=True)
+        ordered.load_state_dict(model.state_dict())
+        assert not torch.allclose(latent.rollout(ordered, pre, 3).answer_logits, r.answer_logits, atol=1e-4)
 
 
 def test_feature_cache_chunks_filled_by_shards_read_back_as_one_set(text, tmp_path, monkeypatch):

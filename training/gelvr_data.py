@@ -230,3 +230,25 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def object_attribute_targets(features: torch.Tensor, records: list[dict]) -> torch.Tensor:
+    """``(n, N, 3)`` each object token's worldgen object as class ids (shape, size, colour: the columns of
+    ``planners.object_attributes.GROUPS``), -100 where the token's centre is not within half a radius of any
+    object's (padding, or a region spanning two objects). ``features`` are object-token features (their last
+    ``GEOMETRY`` columns: valid, centre, box, as fractions of the side)."""
+    from planners.latent_builtin import GEOMETRY
+    from worldgen.vocab import COLOR_NAMES, SHAPES, SIZE_NAMES
+
+    geo = features[..., -GEOMETRY:].float()
+    out = torch.full((*features.shape[:2], 3), -100, dtype=torch.long)
+    for i, r in enumerate(records):
+        objs = r["objects"]
+        xy = torch.tensor([[o["x"], o["y"]] for o in objs]) / SIZE
+        radius = torch.tensor([o["r"] for o in objs]) / SIZE
+        dist, j = torch.cdist(geo[i, :, 1:3], xy).min(1)
+        hit = (geo[i, :, 0] > 0.5) & (dist < 0.5 * radius[j])
+        for k in torch.nonzero(hit)[:, 0].tolist():
+            o = objs[int(j[k])]
+            out[i, k] = torch.tensor([SHAPES.index(o["shape"]), SIZE_NAMES.index(o["size"]), COLOR_NAMES.index(o["color"])])
+    return out

@@ -67,6 +67,11 @@ class SFTRecipe:
     layers: int = 4
     prefix_lm: bool = True
     image_tokens: str = "cells"  # or "objects": planners/latent_builtin.py [PROPOSED]
+    # [PROPOSED] object tokens as "descriptor", "symbols" or "both" (ReasonerConfig.object_reads); for the last two the
+    # attribute head is first fitted for attribute_steps on the training images' ground truth, then frozen
+    object_reads: str = "descriptor"
+    attribute_steps: int = 1500
+    image_positions: str = "sequence"  # or "shared" [PROPOSED]: ReasonerConfig.image_positions
     train_items: int = 6000
     val_items: int = 300
     eval_every: int = 300
@@ -267,8 +272,35 @@ def build_model(recipe: SFTRecipe):
 
     vlm = load_builtin_vlm()
     cfg = ReasonerConfig(d_model=recipe.d_model, layers=recipe.layers, num_slots=recipe.slots, prefix_lm=recipe.prefix_lm,
-                         answers=answer_vocab(), image_tokens=recipe.image_tokens, answer_reads=recipe.answer_reads)
+                         answers=answer_vocab(), image_tokens=recipe.image_tokens, answer_reads=recipe.answer_reads,
+                         object_reads=recipe.object_reads, image_positions=recipe.image_positions)
     return BuiltinLatentReasoner.from_vlm(vlm.model, cfg), vlm.text
+
+
+def train_object_attributes(model, train, val, steps: int = 1500, batch: int = 32, lr: float = 1e-3, seed: int = 0) -> dict:
+    """Fit the reasoner's object attribute head (``planners.object_attributes``) to worldgen's ground truth of the
+    training images, then freeze it; returns its VAL accuracy per attribute (over tokens matched to an object)."""
+    from planners.object_attributes import GROUPS, attribute_loss
+    from training.gelvr_data import object_attribute_targets
+
+    head = model.perceive.requires_grad_(True).train()
+    y_train, y_val = object_attribute_targets(train.features, train.records), object_attribute_targets(val.features, val.records)
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.01)
+    for step in range(steps):
+        idx = np.random.default_rng([seed, step, 7]).integers(len(train), size=batch)
+        loss = attribute_loss(model.object_attributes(train.features[idx].float().to(model.device)), y_train[idx].to(model.device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    head.requires_grad_(False).eval()
+    with torch.no_grad():
+        logits = torch.cat([model.object_attributes(val.features[s : s + 100].float().to(model.device)).cpu()
+                            for s in range(0, len(val), 100)])
+    hit = y_val[..., 0] >= 0
+    acc = {name: round(float((logits[..., a:b].argmax(-1) == y_val[..., k])[hit].float().mean()), 4)
+           for k, (name, (a, b)) in enumerate(GROUPS.items())}
+    logger.info("object attributes (VAL, %d tokens): %s", int(hit.sum()), acc)
+    return {"val_accuracy": acc, "val_tokens": int(hit.sum()), "steps": steps, "final_loss": round(loss.item(), 4)}
 
 
 def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), cache: str | Path = "outputs/gelvr", resume: bool = True) -> dict:
@@ -284,11 +316,14 @@ def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), cache: str | Pat
     cache = Path(cache)
     train = SpatialSet("train", recipe.train_items, model, text, cache=cache / "train")
     val = SpatialSet("val", recipe.val_items, model, text, cache=cache / "val")
+    ckpt, step, history = out / "run" / "checkpoint.pt", 0, []
+    if recipe.object_reads != "descriptor" and not (resume and ckpt.exists()):  # a resumed run has it in the checkpoint
+        attributes = train_object_attributes(model, train, val, recipe.attribute_steps, seed=recipe.seed)
+        write_json_atomic(out / "run" / "attributes.json", attributes)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: float(min(1.0, (s + 1) / recipe.warmup) * 0.5 * (1 + np.cos(np.pi * min(1.0, s / recipe.steps)))))
-    ckpt, step, history = out / "run" / "checkpoint.pt", 0, []
     if resume and ckpt.exists():
         state = torch.load(ckpt, weights_only=True)
         model.load_state_dict(state["model"])
@@ -319,6 +354,8 @@ def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), cache: str | Pat
     facts = {"kind": KIND, "stage": "sft", "recipe": asdict(recipe), "steps": step, "train_minutes": round((time.perf_counter() - t0) / 60, 2),
              "loop_sec_per_step": round((time.perf_counter() - t_loop) / (step - first), 4) if step > first else None,
              "val_history": history, "trainable_parameters": sum(p.numel() for p in params)}
+    if (out / "run" / "attributes.json").is_file():
+        facts["object_attributes"] = json.loads((out / "run" / "attributes.json").read_text())
     model.save_pretrained(out, {"steps": step, "variant": recipe.variant})
     write_json_atomic(out / "eval.json", facts)
     return facts
@@ -332,6 +369,10 @@ def main(argv=None) -> int:
     ap.add_argument("--num-slots", type=int)
     ap.add_argument("--targets", choices=("chain", "roi", "chunks"))
     ap.add_argument("--image-tokens", choices=("cells", "objects"), help="a grid of cells, or one token per proposed object")
+    ap.add_argument("--object-reads", choices=("descriptor", "symbols", "both"),
+                    help="object tokens from their descriptor, the attribute head's shape/size/colour, or both [PROPOSED]")
+    ap.add_argument("--image-positions", choices=("sequence", "shared"),
+                    help="the image tokens' RoPE positions: their order, or one shared position (a set) [PROPOSED]")
     ap.add_argument("--train-items", type=int)
     ap.add_argument("--lambda-pointer", type=float, help="weight of the pointer term [PROPOSED] (default 0: the spec's loss)")
     ap.add_argument("--answer-reads", choices=("all", "slots"), help="slots: the answer sees only the slots [PROPOSED]")
@@ -343,7 +384,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     recipe = SFTRecipe(variant=args.variant)
     for name in ("steps", "num_slots", "targets", "image_tokens", "train_items", "eval_every", "lambda_pointer",
-                 "answer_reads", "answer_from"):
+                 "answer_reads", "answer_from", "object_reads", "image_positions"):
         if getattr(args, name) is not None:
             setattr(recipe, name, getattr(args, name))
     facts = train_sft(args.out, recipe, args.cache, resume=not args.no_resume)
