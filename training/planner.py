@@ -187,10 +187,10 @@ def plan_agreement(pred: torch.Tensor, target: torch.Tensor) -> dict[str, float]
     """How a plan ``(T', h, w, D)`` matches the ground truth: mean cosine per token, and the share of tokens
     whose nearest ground-truth token (cosine, over the clip's own tokens) is the one at their place."""
     p = F.normalize(pred.reshape(-1, pred.shape[-1]).float(), dim=-1)
-    t = F.normalize(target.reshape(-1, target.shape[-1]).float(), dim=-1)
+    t = F.normalize(target.reshape(-1, target.shape[-1]).float().to(p.device), dim=-1)  # a GPU plan, CPU truth
     sim = p @ t.T
     return {"cosine": float(sim.diagonal().mean()),
-            "placed": float((sim.argmax(1) == torch.arange(len(p))).float().mean())}
+            "placed": float((sim.argmax(1) == torch.arange(len(p), device=p.device)).float().mean())}
 
 
 @torch.no_grad()

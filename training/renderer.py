@@ -102,20 +102,24 @@ def tiny_recipe(out: Path) -> RendererRecipe:
 
 
 class TextStates:
-    """MiniLM token states per distinct text, computed once (``(L, 384)`` float32 each)."""
+    """MiniLM token states per distinct text, computed once (``(L, 384)`` float32 each, kept on the CPU).
 
-    def __init__(self, encoder=None):
+    The encoder runs on ``device`` (default: a GPU when there is one, ``core.device.select_device``): a large
+    pool has tens of thousands of distinct prompts, minutes of MiniLM on one CPU thread."""
+
+    def __init__(self, encoder=None, device=None):
         if encoder is None:
+            from core.device import select_device
             from planners.builtin.text import MiniLM
 
-            encoder = MiniLM()
+            encoder = MiniLM(device=select_device(device))
         self.encoder, self.states = encoder, {}
 
     def add(self, texts) -> None:
         new = sorted(set(texts) - set(self.states))
         for s in range(0, len(new), 512):
             chunk = new[s : s + 512]
-            self.states.update(zip(chunk, (t.float() for t in self.encoder.tokens(chunk))))
+            self.states.update(zip(chunk, (t.float().cpu() for t in self.encoder.tokens(chunk))))
 
     def __getitem__(self, text: str) -> torch.Tensor:
         if text not in self.states:
