@@ -13,6 +13,8 @@ index as the seed:
 - ``oracle_plan``: the renderer decoding the ground-truth plan (the target's own ViT tokens): the
   ceiling a perfect planner would reach with this renderer;
 - ``no_guidance``: the pipeline with the renderer's guidance scale 1 (the conditional prediction alone);
+- ``plan_rerank``: the pipeline keeping the best of ``--plan-candidates`` sampled plans by their match to the prompt
+  (``BerniniConfig.plan_candidates`` [PROPOSED]);
 - ``plain_rope``: the pipeline with the renderer's segment phases off at inference (every source on
   segment id 0: plain 3D RoPE), on r2v, compared on the items with 2+ references [an inference-time
   ablation: the renderer was trained with SA-3D];
@@ -46,14 +48,15 @@ from benchmarks.common import (RowLog, accuracy_cell, add_shard_arguments, comma
                                merge_rows, paired_bootstrap, paired_cell, write_results)
 
 logger = logging.getLogger("benchmarks.bernini")
-METHODS = ("bernini", "no_plan", "oracle_plan", "no_guidance", "plain_rope", "copy_source")
+METHODS = ("bernini", "no_plan", "oracle_plan", "no_guidance", "plan_rerank", "plain_rope", "copy_source")
 # the attribute an edit kind asks to change, as the judge reads it (change_background: none it reads)
 ASKED = {"recolor": "color", "reshape": "shape", "resize": "size", "change_motion": "direction"}
 ATTRIBUTES = ("color", "shape", "direction", "size")
 PSNR_CAP = 60.0
 # per-attribute paired comparisons: the planner's effect, the renderer's plan conditioning (a perfect plan against
 # none), guidance, and SA-3D
-ATTRIBUTE_PAIRS = (("bernini", "no_plan"), ("oracle_plan", "no_plan"), ("bernini", "no_guidance"), ("bernini", "plain_rope"))
+ATTRIBUTE_PAIRS = (("bernini", "no_plan"), ("oracle_plan", "no_plan"), ("bernini", "no_guidance"), ("plan_rerank", "bernini"),
+                   ("bernini", "plain_rope"))
 
 
 def build_pipelines(args) -> dict:
@@ -62,7 +65,8 @@ def build_pipelines(args) -> dict:
     comps = {"planner": args.planner, "renderer": args.renderer, "encoder": "builtin"}
     full = BerniniPipeline.build(components=comps)
     pipes = {"bernini": full, "no_plan": BerniniPipeline(BerniniConfig(plan=False), **full.components),
-             "no_guidance": BerniniPipeline(BerniniConfig(guidance_scale=1.0), **full.components)}
+             "no_guidance": BerniniPipeline(BerniniConfig(guidance_scale=1.0), **full.components),
+             "plan_rerank": BerniniPipeline(BerniniConfig(plan_candidates=args.plan_candidates), **full.components)}
     for p in pipes.values():
         p.set_progress_bar_config(disable=True)
     return pipes
@@ -134,7 +138,8 @@ def run(args) -> list[dict]:
 
     torch.set_num_threads(args.threads)
     header = {"benchmark": "bernini", "tasks": args.tasks, "methods": args.methods, "planner": args.planner, "renderer": args.renderer,
-              "seed": args.seed, **({"split": args.split} if args.split != "test" else {})}
+              "seed": args.seed, **({"split": args.split} if args.split != "test" else {}),
+              **({"plan_candidates": args.plan_candidates} if "plan_rerank" in args.methods else {})}
     log = RowLog(args.out, header, item_key="key")
     pools = load_pools(args.split, args.seed, args.start + args.n, tasks=tuple(args.tasks), workers=1)
     pipes = build_pipelines(args)
@@ -204,7 +209,7 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
     pairs, by_task = [], group_rows(rows, lambda r: r["task"])
     for task, rs in by_task.items():
         for a, b, common, by in _paired_items(rs, (("bernini", "no_plan"), ("oracle_plan", "bernini"), ("bernini", "no_guidance"),
-                                                   ("bernini", "plain_rope"))):
+                                                   ("plan_rerank", "bernini"), ("bernini", "plain_rope"))):
             d = paired_bootstrap([float(by[a][i]["all_correct"]) for i in common], [float(by[b][i]["all_correct"]) for i in common])
             summary[f"{task}/{a}-{b}"] = d
             pairs.append([task, f"{a} - {b}", len(common), paired_cell(d)])
@@ -241,6 +246,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="the test pools' seed (training.bernini_data)")
     ap.add_argument("--split", choices=("val", "test"), default="test",
                     help="held-out items to run on: val for choosing models and settings, test for the reported numbers")
+    ap.add_argument("--plan-candidates", type=int, default=4, help="plans sampled per clip by the plan_rerank method (default 4)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/bernini"))
     args = ap.parse_args(argv)
@@ -248,6 +254,8 @@ def main(argv=None) -> int:
     bad = [m for m in args.methods if m not in METHODS] + [t for t in args.tasks if t not in ("t2v", "v2v", "r2v")]
     if bad:
         ap.error(f"unknown methods / tasks {bad}: methods are {list(METHODS)}, tasks t2v, v2v, r2v")
+    if not 1 <= args.plan_candidates <= 16:
+        ap.error(f"--plan-candidates {args.plan_candidates}: use 1 to 16 plans per clip")
     if args.merge:
         rows = in_range(merge_rows(args.merge, agree=("tasks", "planner", "renderer", "seed", "split"), item_key="key",
                                    row_key=lambda r: r["key"]), args.items)

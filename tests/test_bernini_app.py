@@ -80,10 +80,15 @@ def test_benchmark_at_toy_scale(tmp_path):
     from benchmarks.bernini import main as bench
 
     out = tmp_path / "bench"
-    assert bench(["--n", "1", "--tasks", "t2v,v2v", "--methods", "bernini,no_plan,copy_source", "--out", str(out)]) == 0
+    assert bench(["--n", "1", "--tasks", "t2v,v2v", "--methods", "bernini,no_plan,copy_source,plan_rerank", "--plan-candidates", "2",
+                  "--out", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
-    assert {r["key"] for r in res["rows"]} == {"t2v:0:bernini", "t2v:0:no_plan", "v2v:0:bernini", "v2v:0:no_plan", "v2v:0:copy_source"}
+    assert {r["key"] for r in res["rows"]} == {"t2v:0:bernini", "t2v:0:no_plan", "v2v:0:bernini", "v2v:0:no_plan", "v2v:0:copy_source",
+                                               "t2v:0:plan_rerank", "v2v:0:plan_rerank"}
     assert res["summary"]["v2v/copy_source"]["psnr_outside_edit"] == 60.0
+    assert "t2v/plan_rerank-bernini" in res["summary"]
+    with pytest.raises(SystemExit):
+        bench(["--n", "1", "--methods", "plan_rerank", "--plan-candidates", "0", "--out", str(out / "bad")])
 
 
 def test_planner_settings_parse_and_name_a_bad_field():

@@ -115,3 +115,43 @@ def test_sizes_the_builtin_renderer_cannot_take_are_refused_before_any_work(pipe
         BerniniPipeline(BerniniConfig(height=60), **pipe.components)("a red star", generator=0)
     with pytest.raises(InputError, match="needs a video"):
         BerniniPipeline(BerniniConfig(task="v2v"), **pipe.components)("a red star", generator=0)
+
+
+def test_plan_candidates_keep_the_best_scored_draw_and_one_is_the_plain_call(pipe, monkeypatch):
+    plain = pipe("a red star moves to the left", generator=5)
+    one = BerniniPipeline(BerniniConfig(plan_candidates=1), **pipe.components)("a red star moves to the left", generator=5)
+    assert np.array_equal(plain.video, one.video) and np.array_equal(plain.plan_tokens, one.plan_tokens)
+    # the three draws of one seeded generator, in order, as the pipeline makes them
+    gen = torch.Generator().manual_seed(5)
+    request = pipe.encoder.encode_prompt("a red star moves to the left")
+    from planners.semantic import PlanRequest
+
+    draws = [pipe.planner.plan(PlanRequest(prompt_embeds=request, task="t2v"), grid=(4, 8, 8), generator=gen).tokens.numpy()
+             for _ in range(3)]
+    scores = iter([0.1, 0.9, 0.5])  # the second draw scores best
+    seen = []
+
+    def fake_score(tokens, text):
+        seen.append(text)
+        return next(scores)
+
+    monkeypatch.setattr(pipe.encoder, "plan_text_score", fake_score)
+    three = BerniniPipeline(BerniniConfig(plan_candidates=3), **pipe.components)("a red star moves to the left", generator=5)
+    assert seen == ["a red star moves to the left"] * 3
+    assert np.allclose(three.plan_tokens, draws[1]) and not np.allclose(three.plan_tokens, draws[0])
+
+
+def test_plan_text_score_reads_plan_tokens_and_names_bad_ones(pipe):
+    tokens = torch.randn(4, 8, 8, 192)
+    s = pipe.encoder.plan_text_score(tokens, "a red star")
+    assert -1.0 <= s <= 1.0 and s == pipe.encoder.plan_text_score(tokens, "a red star")
+    with pytest.raises(InputError, match="tokens"):
+        pipe.encoder.plan_text_score(torch.randn(8, 8, 192), "a red star")
+    with pytest.raises(InputError, match="text"):
+        pipe.encoder.plan_text_score(tokens, " ")
+    class NoScore:  # an encoder that reads prompts but cannot rank plans
+        encode_prompt, encode_visual = pipe.encoder.encode_prompt, pipe.encoder.encode_visual
+
+    with pytest.raises(InputError, match="plan_candidates"):
+        BerniniPipeline(BerniniConfig(plan_candidates=2), planner=pipe.planner, renderer=pipe.renderer,
+                        encoder=NoScore())("a red star", generator=0)

@@ -20,6 +20,7 @@ ViT + MiniLM; a Qwen2.5-VL planner encodes its own). Settings left at None take 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -68,6 +69,8 @@ class BerniniConfig(PipelineConfig):
     denoising_steps: int | None = setting(None, help="flow-head Euler steps per revealed token (None: the task's default)", range=(1, 50))
     plan_text_cfg: float | None = setting(None, help="planner guidance on the instruction (None: the task's default; 1 = none)", range=(0.0, 20.0))
     plan_image_cfg: float | None = setting(None, help="planner guidance on the sources (None: the task's default; 1 = none)", range=(0.0, 20.0))
+    plan_candidates: int = setting(1, help="builtin planner: sample this many plans and keep the one whose tokens match the prompt best "
+                                           "in the ViT/MiniLM space [PROPOSED] (each costs one planning pass)", range=(1, 16))
     guidance_scale: float | None = setting(None, help="builtin renderer: one guidance scale, fully conditioned vs nothing (None: its config's; 1 = no guidance)", range=(0.0, 20.0))
     guidance_video: float | None = setting(None, help="hf renderer: guidance on the source video (None: the task's table)", range=(0.0, 20.0))
     guidance_image: float | None = setting(None, help="hf renderer: guidance on all sources (None: the task's table)", range=(0.0, 20.0))
@@ -298,7 +301,12 @@ class BerniniPipeline(Pipeline):
         denoise = c.denoising_steps or (d.denoising_steps if d else None)
         txt = c.plan_text_cfg if c.plan_text_cfg is not None else (d.txt_cfg if d else None)
         img = c.plan_image_cfg if c.plan_image_cfg is not None else (d.img_cfg if d else None)
-        total = steps or pc.planning_steps
+        k = c.plan_candidates
+        score = getattr(self.encoder, "plan_text_score", None)
+        if k > 1 and score is None:
+            raise InputError("plan_candidates", k, "ranking plans needs the builtin encoder (encoder='builtin'); use 1")
+        per_plan = steps or pc.planning_steps
+        total = k * per_plan
         bar = self.progress_bar(total=total, desc="plan")
 
         def on_step(step: int, info: dict) -> None:
@@ -307,8 +315,14 @@ class BerniniPipeline(Pipeline):
             self.step_end(callback, self._step - 1, {"stage": "plan", "stage_step": step, "num_steps": total, **info})
 
         try:
-            return self.planner.plan(request, grid=grid, steps=steps, denoising_steps=denoise, txt_cfg=txt, img_cfg=img,
-                                     cot=c.cot and pc.cot, generator=gen, callback=on_step)
+            best, best_score = None, -math.inf
+            for _ in range(k):  # one generator: candidate j is the j-th draw after the seed, so a seed repeats the pick
+                out = self.planner.plan(request, grid=grid, steps=steps, denoising_steps=denoise, txt_cfg=txt, img_cfg=img,
+                                        cot=c.cot and pc.cot, generator=gen, callback=on_step)
+                s = score(out.tokens, prompt) if k > 1 else 0.0
+                if s > best_score:
+                    best, best_score = out, s
+            return best
         finally:
             bar.close()
 

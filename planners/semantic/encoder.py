@@ -81,6 +81,21 @@ class BuiltinPlanEncoder(nn.Module):
             raise InputError("prompt", text, "pass a non-empty instruction")
         return self.text.tokens([text])[0].float()
 
+    @torch.no_grad()
+    def plan_text_score(self, tokens: torch.Tensor, text: str) -> float:
+        """How well a plan ``(T', h, w, D)`` of builtin-ViT patch tokens matches ``text`` [PROPOSED]: per plan frame,
+        the ViT's embedding head on the max over the frame's tokens (its pooled image embedding without the [CLS]
+        part, which a plan does not carry), cosine with the MiniLM sentence embedding, averaged over frames. Used to
+        pick the best of several sampled plans (``BerniniConfig.plan_candidates``)."""
+        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 4 or tokens.shape[-1] != self.vit.config.width:
+            raise InputError("tokens", getattr(tokens, "shape", tokens), f"pass plan tokens (T', h, w, {self.vit.config.width})")
+        if not isinstance(text, str) or not text.strip():
+            raise InputError("text", text, "pass a non-empty text")
+        pooled = tokens.reshape(tokens.shape[0], -1, tokens.shape[-1]).to(self.device, torch.float32).max(1).values
+        frames = torch.nn.functional.normalize(self.vit.head(pooled), dim=-1)
+        sentence = self.text.encode([text])[0].to(self.device, torch.float32)
+        return float((frames @ sentence).mean())
+
     def save_pretrained(self, directory: str | Path) -> Path:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
