@@ -126,9 +126,12 @@ def _setting_component(s):
     if s.pair:
         return gr.Textbox(value="" if s.default is None else " ".join(map(str, s.default)), label=label, info=info + " (H W)")
     low, high = s.range or (None, None)
-    if s.optional:  # None means "the pipeline's rule": a slider cannot be empty, a number box can
-        return gr.Number(value=s.default, label=label, info=info + " (empty: the default)", precision=0 if s.type is int else None,
-                         minimum=low, maximum=high)
+    if s.optional:  # None means "the pipeline's rule". A text box, since the form must be able to send "empty": a
+        # slider always holds a value, and gradio's number box shows and sends 0 once its panel opens (seen in
+        # Chromium, gradio 6.31), which its own minimum check then refuses. Setting.parse reads the text.
+        bounds = f"; {low}..{high}" if low is not None and high is not None else ""
+        return gr.Textbox(value="" if s.default is None else str(s.default), label=label, placeholder="default",
+                          info=f"{info} (empty: the default{bounds})")
     if s.type is int and low is not None and high is not None and high - low <= 256:
         return gr.Slider(low, high, value=s.default, step=1, label=label, info=info)
     if s.type is float and low is not None and high is not None and high <= 1:

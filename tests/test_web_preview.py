@@ -188,13 +188,20 @@ def test_cancel_through_a_real_server(monkeypatch):
         demo.close()
 
 
-def test_an_optional_setting_is_a_number_box_that_may_stay_empty():
-    """A slider cannot be empty: an optional bounded setting (None = the pipeline's rule) must not become
-    one, or the form would send its minimum (a 1-frame, 1-step run) instead of "use the default"."""
+def test_an_optional_setting_is_a_text_box_that_may_stay_empty():
+    """An optional bounded setting (None = the pipeline's rule) must be able to send "empty": a slider always
+    holds a value (its minimum would give a 1-frame, 1-step run), and gradio's number box sends 0 once its
+    panel opens, which its own minimum check refuses before the run starts. The text is parsed like a
+    manifest's value: empty -> the default, a number -> that number, anything else -> an error naming it."""
     gr = pytest.importorskip("gradio")
     from app.web import _setting_component
+    from core.errors import InputError
     from pipelines.registry import Setting
 
-    box = _setting_component(Setting("num_frames", int, None, "frames", range=(1, 241), optional=True))
-    assert isinstance(box, gr.Number) and box.value is None
+    frames = Setting("num_frames", int, None, "frames", range=(1, 241), optional=True)
+    box = _setting_component(frames)
+    assert isinstance(box, gr.Textbox) and box.value == "" and "1..241" in box.info
+    assert frames.parse("") is None and frames.parse(" 12 ") == 12
+    with pytest.raises(InputError, match="num_frames"):
+        frames.parse("twelve")
     assert isinstance(_setting_component(Setting("grid", int, 8, "grid", range=(2, 32))), gr.Slider)
