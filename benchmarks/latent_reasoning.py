@@ -54,13 +54,15 @@ def run(args) -> tuple[list[dict], dict]:
         name, _, path = part.partition("=")
         paths[name.strip()] = path.strip()
     wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
-    text, sets, rows, runs = MiniLM(), {}, [], {}
+    text, sets, rows, runs, symbolic = MiniLM(), {}, [], {}, None
     for name in wanted:
         folder = Path(paths[name])
         if not BuiltinLatentReasoner.is_saved_in(folder):
             logger.warning("%s: no latent reasoner in %s, skipped", name, folder)
             continue
         model = BuiltinLatentReasoner.from_pretrained(folder)
+        if model.config.object_reads != "descriptor" and symbolic is None:
+            symbolic = model  # its attribute head, for the symbolic solver's reference accuracy
         kind = model.config.image_tokens  # the same TEST items, read as this model's kind of image token
         if kind not in sets:
             sets[kind] = SpatialSet("test", args.n, model, text, cache=Path(args.cache) / "test")
@@ -75,7 +77,45 @@ def run(args) -> tuple[list[dict], dict]:
             runs[name]["slot_diagnostics"] = slot_diagnostics(model, data, k, n=args.diagnose)
     if sets:
         runs["_reference"] = {"present_colours": present_colour_chance(next(iter(sets.values())).records)}
+        if symbolic is not None:
+            runs["_reference"]["symbolic_solver"] = symbolic_solver(symbolic, sets["objects"])
     return rows, runs
+
+
+def symbolic_solver(model, data) -> float:
+    """The accuracy of a hand-written search over what ``model``'s object attribute head reads (an upper bound on
+    what its object tokens allow, no learning): the token most likely the anchor's size and shape, then, among
+    tokens in the relation's region of it (worldgen's own rule, on the token's centre and box), the one most likely
+    the target's; the option whose colour that token most likely has. The two objects' words come from the record
+    (a reasoner reads them from the question)."""
+    import torch
+
+    from planners.latent_builtin import GEOMETRY
+    from planners.object_attributes import GROUPS, attribute_probabilities
+    from training.gelvr_data import SIZE
+    from worldgen.tasks.spatial import in_region
+    from worldgen.vocab import COLOR_NAMES, SHAPES, SIZE_NAMES
+
+    shape, size, (c0, c1) = GROUPS["shape"][0], GROUPS["size"][0], GROUPS["color"]
+
+    def like(p: torch.Tensor, valid: torch.Tensor, o: dict) -> torch.Tensor:
+        return p[:, shape + SHAPES.index(o["shape"])] * p[:, size + SIZE_NAMES.index(o["size"])] * valid
+
+    right = 0
+    for i, r in enumerate(data.records):
+        feats = data.features[i : i + 1].float()
+        with torch.no_grad():
+            p = attribute_probabilities(model.object_attributes(feats))[0]
+        geo = feats[0, :, -GEOMETRY:]
+        valid = geo[:, 0] > 0.5
+        objs = {o["id"]: o for o in r["objects"]}
+        a = int(like(p, valid, objs[r["anchor_id"]]).argmax())
+        anchor = {"x": float(geo[a, 1]) * SIZE, "y": float(geo[a, 2]) * SIZE, "r": float(geo[a, 5] - geo[a, 3]) * SIZE / 2}
+        inside = torch.tensor([in_region(anchor, {"x": float(g[1]) * SIZE, "y": float(g[2]) * SIZE}, r["relation"], SIZE) for g in geo])
+        t = int((like(p, valid, objs[r["target_id"]]) * inside).argmax())
+        colours = p[t, c0:c1]
+        right += max(r["options"], key=lambda c: float(colours[COLOR_NAMES.index(c)])) == r["answer"]
+    return right / max(1, len(data.records))
 
 
 def present_colour_chance(records: list[dict]) -> float:
@@ -163,6 +203,9 @@ def markdown(summary: dict, meta: dict) -> str:
     if "present_colours" in summary.get("reference", {}):
         lines += ["", f"Chance: 25.0% (four options); guessing among the options whose colour is in the image: "
                       f"{100 * summary['reference']['present_colours']:.1f}%."]
+    if "symbolic_solver" in summary.get("reference", {}):
+        lines += [f"A hand-written search over the object attribute head's reads (no learning; `symbolic_solver`): "
+                  f"{100 * summary['reference']['symbolic_solver']:.1f}%."]
     lines.append("")
     for k, d in summary["paired"].items():
         lines.append(f"- {k}: {paired_cell(d)} points ({d['n']} questions)")

@@ -105,6 +105,14 @@ class ReasonerConfig:
     # are in their own features. Measured in a diagnostic on perfect symbolic object tokens (2026-12-03, one run
     # each): the same LlamaModel learned the questions with shared positions and memorised them with sequence ones
     image_positions: str = "sequence"
+    # [PROPOSED] the answer read off what the last slot points at: its word distribution is the mixture, over the
+    # image tokens, of a per-token word head weighted by the last slot's map (softmax(cos / pointer_tau), the map the
+    # pointer and cross terms shape), so the answer is the colour of the object the search found; the LM head still
+    # emits <start>, and answers with no slots. False: the LM head answers (the spec's sequence). Why: on symbolic
+    # object tokens a solver reading the attribute head answers 98.7% of VAL, while the LM-head answer stayed at
+    # chance in 1,500 steps with or without slots (docs/BENCHMARKS.md, "The pointer answer on symbolic object tokens")
+    answer_pointer: bool = False
+    pointer_tau: float = 0.07
 
     def __post_init__(self):
         if self.image_tokens not in IMAGE_TOKENS:
@@ -117,6 +125,8 @@ class ReasonerConfig:
             raise ValueError(f"image_positions {self.image_positions!r}: choose one of {IMAGE_POSITIONS}")
         if self.object_reads != "descriptor" and self.image_tokens != "objects":
             raise ValueError(f"object_reads {self.object_reads!r} needs image_tokens='objects'")
+        if not self.pointer_tau > 0:
+            raise ValueError(f"pointer_tau {self.pointer_tau!r}: pass a temperature above 0")
 
     @property
     def vocab(self) -> list[str]:
@@ -188,6 +198,8 @@ class BuiltinLatentReasoner(nn.Module):
                          num_key_value_heads=c.heads, vocab_size=len(c.vocab), max_position_embeddings=1024, tie_word_embeddings=False)
         self.lm = LlamaModel(lm)
         self.head = nn.Linear(d, len(c.vocab), bias=False)
+        if c.answer_pointer:
+            self.read = nn.Linear(d, len(c.vocab))  # each image token's word distribution (its colour, its shape)
 
     @property
     def device(self) -> torch.device:
@@ -346,19 +358,33 @@ class BuiltinLatentReasoner(nn.Module):
         p = (torch.arange(start, start + length, device=self.device) - (self.config.num_tokens - 1)).clamp(min=0)
         return p[None].expand(batch, -1)
 
+    def pointer_answer(self, last_slot: torch.Tensor, image: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """``answer_pointer``'s answer: ``(B, d)`` the last slot's input, ``(B, N, d)`` the image tokens ->
+        ``(B, V)`` log-probabilities, log sum_j map_j softmax(read(image_j))."""
+        from planners.latent_geometry import cross_structure
+
+        log_map = cross_structure(last_slot[:, None], image, self.config.pointer_tau, mask, log=True)[:, 0]  # (B, N)
+        return torch.logsumexp(log_map[..., None] + F.log_softmax(self.read(image).float(), -1), 1).to(last_slot.dtype)
+
     def run(self, prefix: dict, tail: torch.Tensor, answer: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.cat([prefix["embeds"], tail], 1)
         n = prefix["embeds"].shape[1]
         mask = self._mask(n, x.shape[1], len(x), x.dtype, answer=answer)
         out = self.lm(inputs_embeds=x, attention_mask=mask, position_ids=self._positions(0, x.shape[1], len(x)),
                       use_cache=False).last_hidden_state
-        return out[:, n:], self.head(out[:, n - 1 :])
+        logits = self.head(out[:, n - 1 :])
+        if answer and self.config.answer_pointer and tail.shape[1] >= 3:  # <start> s_1 .. s_K <end>, K >= 1
+            logits = torch.cat([logits[:, :-1], self.pointer_answer(tail[:, -2], prefix["image"], prefix.get("image_mask"))[:, None]], 1)
+        return out[:, n:], logits
 
     def begin(self, prefix: dict) -> tuple[object, torch.Tensor]:
         x = prefix["embeds"]
         out = self.lm(inputs_embeds=x, attention_mask=self._mask(x.shape[1], x.shape[1], len(x), x.dtype),
                       position_ids=self._positions(0, x.shape[1], len(x)), use_cache=True)
-        return {"cache": out.cache, "prefix_len": x.shape[1]}, self.head(out.last_hidden_state[:, -1])
+        state = {"cache": out.cache, "prefix_len": x.shape[1], "appended": 0}
+        if self.config.answer_pointer:
+            state.update(image=prefix["image"], image_mask=prefix.get("image_mask"))
+        return state, self.head(out.last_hidden_state[:, -1])
 
     def extend(self, state: dict, embeds: torch.Tensor, answer: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         mask = None  # causal over the cache: every earlier position
@@ -368,7 +394,14 @@ class BuiltinLatentReasoner(nn.Module):
         out = self.lm(inputs_embeds=embeds, attention_mask=mask, position_ids=self._positions(start, embeds.shape[1], len(embeds)),
                       cache=state["cache"], use_cache=True)
         state["cache"] = out.cache
-        return out.last_hidden_state, self.head(out.last_hidden_state)
+        logits = self.head(out.last_hidden_state)
+        if self.config.answer_pointer:
+            if answer and state["appended"] >= 2:  # <start> and at least one slot came before <end>
+                ptr = self.pointer_answer(state["last"], state["image"], state["image_mask"])
+                logits = torch.cat([logits[:, :-1], ptr[:, None]], 1)
+            state["appended"] += embeds.shape[1]
+            state["last"] = embeds[:, -1]
+        return out.last_hidden_state, logits
 
     def image_norm(self, prefix: dict) -> torch.Tensor:
         norms = prefix["image"].norm(dim=-1)

@@ -157,3 +157,16 @@ def test_an_unreadable_completion_loses_every_comparison_and_pointwise_scores_al
     assert point == pytest.approx([0.5, 0.0, 0.5])
     with pytest.raises(InputError, match="whole groups"):
         make_rm_group_reward(rm, img, 2)(["a", "b", "c"], scene=[0, 0, 0])
+
+
+def test_human_anchors_join_every_completions_opponents():
+    from training.humor_rl import make_rm_group_reward
+
+    rm = _FixedRM({"a": 1.0, "b": 0.0, "h": 1.0})
+    img = {0: np.zeros((8, 8, 3), np.uint8)}
+    sig = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
+    r = make_rm_group_reward(rm, img, 3, anchors={0: [("h", "x")]})([_completion("a"), "no boxes", _completion("b")], scene=[0, 0, 0])
+    # a: against b, the unreadable one and the human; the unreadable one loses to all three, the human included
+    assert r == pytest.approx([(sig(1.0) + 1 + sig(0.0)) / 3, 0.0, (sig(-1.0) + 1 + sig(-1.0)) / 3])
+    assert make_rm_group_reward(rm, img, 3, anchors={})([_completion("a"), "x", _completion("b")], scene=[0, 0, 0]) == \
+        make_rm_group_reward(rm, img, 3)([_completion("a"), "x", _completion("b")], scene=[0, 0, 0])

@@ -277,3 +277,57 @@ def test_feature_cache_cli_rejects_a_bad_shard(capsys):
     with pytest.raises(SystemExit):
         main(["--items", "0"])
     assert "--items 0" in capsys.readouterr().err
+
+
+def test_a_pointer_answer_is_the_word_read_off_where_the_last_slot_looks(text, spatial_items):
+    from planners.latent_geometry import cross_structure
+
+    with pytest.raises(ValueError, match="pointer_tau"):
+        ReasonerConfig(pointer_tau=0)
+    model = tiny_objects_model(answer_pointer=True, image_positions="shared", prefix_lm=True)
+    data = SpatialItems(model, text, spatial_items[:3])
+    pre = model.prefix(data.features.float(), data.questions, list(data.options))
+    with torch.no_grad():
+        r = latent.rollout(model, pre, 3)
+        rp = latent.replay(model, pre, r.slot_inputs)
+        assert torch.allclose(rp["answer_logits"], r.answer_logits, atol=1e-5)  # GePO's ratios start at 1
+        # the answer is a distribution: the last slot's map over the tokens times each token's word distribution
+        w = cross_structure(r.slot_inputs[:, -1:], pre["image"], model.config.pointer_tau, pre["image_mask"])[:, 0]
+        expected = (w[..., None] * torch.softmax(model.read(pre["image"]), -1)).sum(1)
+        assert torch.allclose(r.answer_logits.exp(), expected, atol=1e-5)
+        # a slot pointing at one token gives that token's words; the <start> token still comes from the LM head
+        j = int(pre["image_mask"][0].nonzero()[2])
+        sharp = model.pointer_answer(pre["image"][:1, j] * 10, pre["image"][:1], pre["image_mask"][:1])
+        one = torch.softmax(model.read(pre["image"][:1, j]), -1)
+        assert torch.allclose(sharp.exp(), one, atol=0.2)
+        plain = tiny_objects_model(image_positions="shared", prefix_lm=True)
+        plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("read.")})
+        assert torch.allclose(latent.rollout(plain, pre, 3).first_logits, r.first_logits, atol=1e-6)
+        no_slots = latent.rollout(model, pre, 0)  # K = 0: nothing to point with, the LM head answers
+        assert torch.allclose(no_slots.answer_logits, latent.rollout(plain, pre, 0).answer_logits, atol=1e-6)
+
+
+def test_the_symbolic_solver_answers_everything_from_perfect_attribute_reads(text, spatial_items):
+    """The benchmark's reference search: given attribute reads that are worldgen's truth, it finds every answer;
+    given reads that say nothing, it does no better than the options allow."""
+    from benchmarks.latent_reasoning import symbolic_solver
+    from planners.object_attributes import GROUPS
+    from training.gelvr_data import object_attribute_targets
+
+    model = tiny_objects_model(object_reads="symbols")
+    data = SpatialItems(model, text, spatial_items)
+    truth = object_attribute_targets(data.features, data.records)  # (n, N, 3): shape, size, colour ids
+
+    def perfect(features):
+        i = next(k for k in range(len(data.features)) if torch.equal(data.features[k].float(), features[0]))
+        logits = torch.full((1, features.shape[1], GROUPS["color"][1]), -20.0)
+        for g, (a, _) in enumerate(GROUPS.values()):
+            hit = truth[i, :, g] >= 0
+            logits[0, hit, a + truth[i, hit, g]] = 20.0
+        return logits
+
+    model.object_attributes = perfect
+    # 5 of the 6: this tiny model keeps 40 object tokens, and one level-3 image's asked objects are not all among them
+    assert symbolic_solver(model, data) == pytest.approx(5 / 6)
+    model.object_attributes = lambda f: torch.zeros(1, f.shape[1], GROUPS["color"][1])
+    assert symbolic_solver(model, data) <= 0.5  # uniform reads: the first option that comes up, right by chance

@@ -62,6 +62,8 @@ class SFTRecipe:
     # [PROPOSED] pointing first: the answer's CE is off before this step, so the slots learn their search before the
     # answer can learn to do without them (0: from the start, the spec's single stage)
     answer_from: int = 0
+    # [PROPOSED] the answer read off the last slot's map (planners/latent_builtin.py ReasonerConfig.answer_pointer)
+    answer_pointer: bool = False
     tau: float = 0.07
     d_model: int = 128
     layers: int = 4
@@ -273,7 +275,8 @@ def build_model(recipe: SFTRecipe):
     vlm = load_builtin_vlm()
     cfg = ReasonerConfig(d_model=recipe.d_model, layers=recipe.layers, num_slots=recipe.slots, prefix_lm=recipe.prefix_lm,
                          answers=answer_vocab(), image_tokens=recipe.image_tokens, answer_reads=recipe.answer_reads,
-                         object_reads=recipe.object_reads, image_positions=recipe.image_positions)
+                         object_reads=recipe.object_reads, image_positions=recipe.image_positions,
+                         answer_pointer=recipe.answer_pointer and recipe.slots > 0)
     return BuiltinLatentReasoner.from_vlm(vlm.model, cfg), vlm.text
 
 
@@ -377,6 +380,8 @@ def main(argv=None) -> int:
     ap.add_argument("--lambda-pointer", type=float, help="weight of the pointer term [PROPOSED] (default 0: the spec's loss)")
     ap.add_argument("--answer-reads", choices=("all", "slots"), help="slots: the answer sees only the slots [PROPOSED]")
     ap.add_argument("--answer-from", type=int, help="step from which the answer is trained (pointing first) [PROPOSED]")
+    ap.add_argument("--answer-pointer", action="store_true", default=None,
+                    help="the answer is the word read off what the last slot points at [PROPOSED]")
     ap.add_argument("--eval-every", type=int)
     ap.add_argument("--cache", default="outputs/gelvr", help="folder of the cached image features (made on first use)")
     ap.add_argument("--no-resume", action="store_true")
@@ -384,7 +389,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     recipe = SFTRecipe(variant=args.variant)
     for name in ("steps", "num_slots", "targets", "image_tokens", "train_items", "eval_every", "lambda_pointer",
-                 "answer_reads", "answer_from", "object_reads", "image_positions"):
+                 "answer_reads", "answer_from", "object_reads", "image_positions", "answer_pointer"):
         if getattr(args, name) is not None:
             setattr(recipe, name, getattr(args, name))
     facts = train_sft(args.out, recipe, args.cache, resume=not args.no_resume)

@@ -14,7 +14,10 @@ published-format reply scores a pair 10p and 10(1 - p) (``planners.meme_reward.j
 mean_j sigmoid(r_i - r_j), computed here from G scores instead of C(G, 2) calls. A completion without readable
 boxes cannot be rendered: against a readable one it scores 0 and the other 1; two unreadable ones 0.5 each
 (the published 0 / 0 rule) [PROPOSED]. ``--reward pointwise`` is the ablation the benchmark compares: each
-completion's own sigmoid(r_i), no comparison.
+completion's own sigmoid(r_i), no comparison. ``--human-anchors H`` adds the scene's first H human memes to every
+completion's opponents (spec b.4's optional "human meme as an anchor competitor"; an unreadable completion loses to
+each): the mean then also says how a sample fares against people, the quantity the benchmark's win rate measures,
+rather than only against its own group [PROPOSED: the count; 0 is the published rule].
 
 Published settings that do not fit a 2M-parameter model trained from scratch on CPU, changed and said so:
 lr 1e-6 -> ``RLRecipe.lr``; 20 episodes x rollout batch 128 -> ``steps`` x ``batch``; up to 2,048 generated
@@ -67,6 +70,7 @@ class RLRecipe:
     format_weight: float = 0.1
     # None: the published ten checks; K: also our path layer (K Path lines and the anchor) [PROPOSED]
     format_paths: int | None = None
+    human_anchors: int = 0  # the scene's human memes added to each completion's opponents (module docstring)
     save_steps: int = 25
     seed: int = 0
 
@@ -85,9 +89,11 @@ def _boxes_or_none(text: str) -> list[str] | None:
         return None
 
 
-def make_rm_group_reward(rm: Any, images: dict[int, np.ndarray], group_size: int, pointwise: bool = False) -> Callable[..., list[float]]:
+def make_rm_group_reward(rm: Any, images: dict[int, np.ndarray], group_size: int, pointwise: bool = False,
+                         anchors: dict[int, list[Sequence[str]]] | None = None) -> Callable[..., list[float]]:
     """The reward model's group reward as a TRL reward function ``fn(completions, scene, **kw)`` (see the module
-    docstring); ``images[scene]`` is each scene's picture, ``scene`` a dataset column."""
+    docstring); ``images[scene]`` is each scene's picture, ``scene`` a dataset column; ``anchors[scene]``, if given,
+    the human memes (box texts) each completion is also compared with."""
 
     def reward(completions: Sequence[Any], scene: Sequence[int], **kwargs: Any) -> list[float]:
         n = len(completions)
@@ -103,6 +109,8 @@ def make_rm_group_reward(rm: Any, images: dict[int, np.ndarray], group_size: int
             if pointwise:
                 out.extend(float(1 / (1 + np.exp(-r[i]))) if boxes[i] is not None else 0.0 for i in range(group_size))
                 continue
+            humans = anchors.get(int(scene[start]), []) if anchors else []
+            r_h = rm.score(images[int(scene[start])], list(humans)) if humans else np.zeros(0)
             for i in range(group_size):
                 pair = []
                 for j in range(group_size):
@@ -112,6 +120,7 @@ def make_rm_group_reward(rm: Any, images: dict[int, np.ndarray], group_size: int
                         pair.append(1 / (1 + np.exp(-(r[i] - r[j]))))
                     else:
                         pair.append(0.5 if boxes[i] is None and boxes[j] is None else float(boxes[i] is not None))
+                pair.extend(1 / (1 + np.exp(-(r[i] - r_h))) if boxes[i] is not None else np.zeros(len(r_h)))
                 out.append(float(np.mean(pair)) if pair else 0.5)
         return out
 
@@ -159,6 +168,8 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
 
     if recipe.reward not in ("pairwise", "pointwise"):
         raise InputError("reward", recipe.reward, "choose pairwise (published) or pointwise (the ablation)")
+    if recipe.human_anchors < 0 or (recipe.human_anchors and recipe.reward != "pairwise"):
+        raise InputError("human_anchors", recipe.human_anchors, "pass 0 (the published rule) or a positive count with the pairwise reward")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "train_config.json", {"model": KIND, "recipe": asdict(recipe)})
@@ -181,7 +192,8 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
         rows = [{"prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}],
                  "image": Image.fromarray(s.still), "scene": s.index, "num_boxes": 2} for s in scenes]
     ds = Dataset.from_list(rows)
-    rewards = [make_rm_group_reward(rm, images, recipe.group, pointwise=recipe.reward == "pointwise"),
+    anchors = {s.index: [list(c) for c in s.candidates[: recipe.human_anchors]] for s in scenes} if recipe.human_anchors else None
+    rewards = [make_rm_group_reward(rm, images, recipe.group, pointwise=recipe.reward == "pointwise", anchors=anchors),
                format_reward_func if recipe.format_paths is None else make_format_reward(recipe.format_paths)]
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=grpo_config(out, recipe), train_dataset=ds, processing_class=processing)
     ckpts = sorted((out / "run").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])) if resume else []
@@ -212,13 +224,15 @@ def main(argv=None) -> int:
     ap.add_argument("--group", type=int, help="completions per scene, G (default 8); --batch must be a multiple")
     ap.add_argument("--top-p", type=float, help="nucleus mass of the rollouts (default 0.95 [PROPOSED]; published 1.0)")
     ap.add_argument("--format-paths", type=int, help="also check K reasoning paths in the format reward [PROPOSED]")
+    ap.add_argument("--human-anchors", type=int, help="also compare each completion with the scene's first H human memes [PROPOSED]")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     recipe = tiny_recipe() if args.tiny else RLRecipe()
     over = {k: v for k, v in (("steps", args.steps), ("reward", args.reward), ("lr", args.lr), ("format_paths", args.format_paths),
-                                     ("top_p", args.top_p), ("batch", args.batch), ("group", args.group)) if v}
+                                     ("top_p", args.top_p), ("batch", args.batch), ("group", args.group),
+                                     ("human_anchors", args.human_anchors)) if v}
     recipe = RLRecipe(**{**asdict(recipe), **over})
     facts = train_rl(args.out, args.sft, recipe, args.reward_model, resume=not args.no_resume)
     print(json.dumps({k: v for k, v in facts.items() if k != "curve"}))
