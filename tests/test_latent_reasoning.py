@@ -277,3 +277,12 @@ def test_a_resumed_run_keeps_its_saved_recipe(tmp_path):
     got = resumed_recipe(tmp_path, SFTRecipe(steps=50), True)
     assert got == SFTRecipe(variant="pointwise", lr=5e-4, steps=50)
     assert resumed_recipe(tmp_path, SFTRecipe(steps=50), False) == SFTRecipe(steps=50)
+
+
+@pytest.mark.parametrize("flag", ["--candidates", "--prompts", "--steps"])
+def test_gelvr_rl_refuses_a_count_below_one_before_any_work(flag, capsys):
+    from training.gelvr_rl import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--init", "nowhere", flag, "0"])
+    assert e.value.code == 2 and f"{flag} 0: pass 1 or more" in capsys.readouterr().err

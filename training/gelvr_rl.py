@@ -222,13 +222,18 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int)
     ap.add_argument("--lr", type=float)
     ap.add_argument("--kappa", type=float)
+    ap.add_argument("--candidates", type=int, help="prompts drawn per step, of which the accuracy band keeps at most --prompts")
+    ap.add_argument("--prompts", type=int, help="prompts kept per step (their groups are the batch)")
     ap.add_argument("--eval-every", type=int)
     ap.add_argument("--cache", default="outputs/gelvr")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    for name in ("candidates", "prompts", "steps"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            ap.error(f"--{name} {getattr(args, name)}: pass 1 or more")
     recipe = RLRecipe(latent_policy=args.latent_policy)
-    for name in ("steps", "lr", "kappa", "eval_every"):
+    for name in ("steps", "lr", "kappa", "eval_every", "candidates", "prompts"):
         if getattr(args, name) is not None:
             setattr(recipe, name, getattr(args, name))
     facts = train_rl(args.out, args.init, recipe, args.cache, resume=not args.no_resume)
