@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "  atelier train humor-sft                            # HUMOR's meme writer: SFT on traced-back CoTs\n"
                               "  atelier train humor-rm                             # HUMOR's pairwise reward model\n"
                               "  atelier train humor-rl --sft outputs/train/humor-sft  # group RL (GRPO) against the reward model\n"
-                              "  atelier train gelvr-sft                            # the latent reasoner: GeLVR SFT on worldgen spatial\n"
+                              "  atelier train gelvr-sft                            # the latent reasoner: GeLVR SFT on worldgen spatial (the shipped recipe)\n"
                               "  atelier train gelvr-sft --variant pointwise        # an ablation: slots with the pointwise loss only\n"
                               "  atelier train gelvr-rl --sft outputs/train/gelvr-sft  # GePO (vMF latent policy) from the SFT model")
     p.add_argument("model", choices=["vit", "vlm", "humor-sft", "humor-rm", "humor-rl", "gelvr-sft", "gelvr-rl"], help="which built-in model")
@@ -539,9 +539,9 @@ def _train_gelvr(args, out) -> dict:
         if value is not None and args.model != owner:
             raise InputError(flag, value, f"{flag} is for `atelier train {owner}`")
     if args.model == "gelvr-sft":
-        from training.gelvr_sft import SFTRecipe, train_sft
+        from training.gelvr_sft import shipped_recipe, train_sft
 
-        recipe = replace(SFTRecipe(), **{k: v for k, v in (("steps", args.steps), ("variant", args.variant)) if v is not None})
+        recipe = shipped_recipe(**{k: v for k, v in (("steps", args.steps), ("variant", args.variant)) if v is not None})
         facts = train_sft(out, recipe, resume=not args.no_resume)
     else:
         from planners.latent_builtin import BuiltinLatentReasoner

@@ -331,3 +331,15 @@ def test_the_symbolic_solver_answers_everything_from_perfect_attribute_reads(tex
     assert symbolic_solver(model, data) == pytest.approx(5 / 6)
     model.object_attributes = lambda f: torch.zeros(1, f.shape[1], GROUPS["color"][1])
     assert symbolic_solver(model, data) <= 0.5  # uniform reads: the first option that comes up, right by chance
+
+
+def test_atelier_train_gelvr_sft_runs_the_shipped_models_recipe():
+    import json
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from training.gelvr_sft import shipped_recipe
+
+    saved = json.loads((Path(__file__).parents[1] / "weights/builtin/latent_reasoner_sft/train_config.json").read_text())["recipe"]
+    assert asdict(shipped_recipe()) == saved
+    assert shipped_recipe(variant="pointwise", steps=10).answer_pointer and shipped_recipe(steps=10).steps == 10

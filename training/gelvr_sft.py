@@ -18,7 +18,7 @@ import argparse
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +101,14 @@ class SFTRecipe:
     @property
     def slots(self) -> int:
         return 0 if self.variant == "direct" else self.num_slots
+
+
+def shipped_recipe(**changes) -> SFTRecipe:
+    """The recipe of ``weights/builtin/latent_reasoner_sft`` (its card), with ``changes``: what ``atelier train
+    gelvr-sft`` runs. ``SFTRecipe()`` itself keeps the spec's loss on the cell grid."""
+    shipped = SFTRecipe(steps=1500, eval_every=250, image_tokens="objects", lambda_pointer=1.0, object_reads="symbols",
+                        image_positions="shared", answer_pointer=True)
+    return replace(shipped, **changes)
 
 
 def answer_vocab() -> list[str]:
