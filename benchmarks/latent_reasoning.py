@@ -73,7 +73,7 @@ def run(args) -> tuple[list[dict], dict]:
         rows += [{"method": name, **r} for r in item_rows(model, data, k)]
         facts = folder / "eval.json"
         runs[name] = json.loads(facts.read_text()) if facts.is_file() else {}
-        if k:
+        if k and args.diagnose:
             runs[name]["slot_diagnostics"] = slot_diagnostics(model, data, k, n=args.diagnose)
     if sets:
         runs["_reference"] = {"present_colours": present_colour_chance(next(iter(sets.values())).records)}
@@ -265,13 +265,15 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--models", help="overrides, e.g. full=outputs/train/gelvr_sft,gepo=outputs/train/gelvr_rl")
     ap.add_argument("--cache", default="outputs/gelvr")
-    ap.add_argument("--diagnose", type=int, default=200, help="questions for the per-slot diagnostics")
+    ap.add_argument("--diagnose", type=int, default=200, help="questions for the per-slot diagnostics (0: none)")
     ap.add_argument("--pairs", default="", help="more paired differences, e.g. full-full_shipped,direct-direct_shipped")
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/latent_reasoning"))
     args = ap.parse_args(argv)
     extra = tuple(tuple(p.strip().split("-", 1)) for p in args.pairs.split(",") if p.strip())
     if any(len(p) != 2 or not all(p) for p in extra):
         ap.error(f"--pairs {args.pairs!r}: write a-b pairs of method names separated by commas, e.g. full-full_shipped")
+    if args.n < 1 or args.diagnose < 0:
+        ap.error(f"--n {args.n} / --diagnose {args.diagnose}: pass at least one question and 0 or more to diagnose")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     rows, runs = run(args)
     summary = summarise(rows, runs, extra)

@@ -343,3 +343,18 @@ def test_atelier_train_gelvr_sft_runs_the_shipped_models_recipe():
     saved = json.loads((Path(__file__).parents[1] / "weights/builtin/latent_reasoner_sft/train_config.json").read_text())["recipe"]
     assert asdict(shipped_recipe()) == saved
     assert shipped_recipe(variant="pointwise", steps=10).answer_pointer and shipped_recipe(steps=10).steps == 10
+
+
+def test_the_latent_benchmark_runs_a_saved_model_with_no_diagnostics(tmp_path):
+    import json
+
+    from benchmarks.latent_reasoning import main
+
+    tiny_objects_model(object_reads="symbols", answer_pointer=True).save_pretrained(tmp_path / "m")
+    args = ["--n", "2", "--methods", "full", "--models", f"full={tmp_path / 'm'}", "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+    assert main([*args, "--diagnose", "0"]) == 0
+    summary = json.loads((tmp_path / "out" / "results.json").read_text())
+    full = summary["summary"]["full"]
+    assert full["accuracy"]["n"] == 2 and "slot_diagnostics" not in full
+    with pytest.raises(SystemExit):
+        main([*args, "--diagnose", "-1"])
