@@ -46,7 +46,7 @@ weights: $(STAMP)
 	$(PY) -m training.humor_sft --out weights/builtin/meme_writer_sft
 	$(PY) -m training.humor_rm --out weights/builtin/meme_rm
 	$(PY) -m training.humor_rl --sft weights/builtin/meme_writer_sft --reward-model weights/builtin/meme_rm --out weights/builtin/meme_writer
-	$(PY) -m training.gelvr_sft --variant full --image-tokens objects --lambda-pointer 1.0 --steps 1500 --eval-every 250 --out weights/builtin/latent_reasoner_sft
+	$(PY) -m training.gelvr_sft --variant full --image-tokens objects --lambda-pointer 1.0 --object-reads symbols --image-positions shared --answer-pointer --steps 1500 --eval-every 250 --out weights/builtin/latent_reasoner_sft
 	$(PY) -m training.gelvr_rl --init weights/builtin/latent_reasoner_sft --out weights/builtin/latent_reasoner
 
 clean:
