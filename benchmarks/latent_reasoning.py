@@ -150,8 +150,9 @@ def summarise(rows: list[dict], runs: dict, extra_pairs: tuple[tuple[str, str], 
             last = [h for h in hist if "val_r_geo" in h]
             d["rl"] = {"steps": runs[m].get("steps"), "val_r_geo_last": last[-1]["val_r_geo"] if last else None,
                        "val_r_geo_max": max((h["val_r_geo"] for h in last), default=None),
-                       "clipfrac_text_mean": _mean(h.get("clipfrac_text") for h in hist),
-                       "clipfrac_latent_mean": _mean(h.get("clipfrac_latent") for h in hist),
+                       # over every step where the run logged them (step_log); older runs only at their evaluations
+                       "clipfrac_text_mean": _mean(h.get("clipfrac_text") for h in runs[m].get("step_log") or hist),
+                       "clipfrac_latent_mean": _mean(h.get("clipfrac_latent") for h in runs[m].get("step_log") or hist),
                        "train_minutes": runs[m].get("train_minutes")}
         out[m] = d
     paired = {}

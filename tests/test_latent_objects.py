@@ -358,3 +358,16 @@ def test_the_latent_benchmark_runs_a_saved_model_with_no_diagnostics(tmp_path):
     assert full["accuracy"]["n"] == 2 and "slot_diagnostics" not in full
     with pytest.raises(SystemExit):
         main([*args, "--diagnose", "-1"])
+
+
+def test_a_gepo_run_logs_every_step_and_the_benchmark_reads_its_clip_fractions(tmp_path):
+    from benchmarks.latent_reasoning import summarise
+    from training.gelvr_rl import RLRecipe, train_rl
+
+    tiny_objects_model(object_reads="symbols", answer_pointer=True).save_pretrained(tmp_path / "sft")
+    recipe = RLRecipe(steps=3, prompts=1, candidates=2, group=2, train_items=2, val_items=2, eval_every=3, band_low=0.0, band_high=1.0)
+    facts = train_rl(tmp_path / "rl", tmp_path / "sft", recipe, cache=tmp_path / "cache")
+    assert [s["step"] for s in facts["step_log"]] == [1, 2, 3] and [h["step"] for h in facts["val_history"]] == [0, 3]
+    facts["step_log"] = [{"clipfrac_latent": 0.3}, {"clipfrac_latent": 0.0}, {"clipfrac_latent": 0.0}]
+    rows = [{"method": "gepo", "item": 0, "correct": True, "level": 1, "size": "small", "pointing": True}]
+    assert summarise(rows, {"gepo": facts})["gepo"]["rl"]["clipfrac_latent_mean"] == 0.1  # every step, not the evaluations'

@@ -157,12 +157,13 @@ def train_rl(out: str | Path, init: str | Path, recipe: RLRecipe = RLRecipe(), c
                          lambda_geo=0.0 if recipe.latent_policy == "replay" else recipe.lambda_geo)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=recipe.lr, weight_decay=0.0)
-    ckpt, step, history = out / "run" / "checkpoint.pt", 0, []
+    ckpt, step, history, step_log = out / "run" / "checkpoint.pt", 0, [], []  # history: at evaluations; step_log: every step
     if resume and ckpt.exists():
         state = torch.load(ckpt, weights_only=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, history = int(state["step"]), json.loads(state["history"])
+        step_log = json.loads(state.get("step_log", "[]"))
         logger.info("resumed at step %d", step)
     if not history:
         history.append({"step": 0, **evaluate(model, val, model.config.num_slots), "r_geo": 0.0})
@@ -196,19 +197,21 @@ def train_rl(out: str | Path, init: str | Path, recipe: RLRecipe = RLRecipe(), c
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, 1.0)
                 opt.step()
-            info.update({k: round(v, 5) for k, v in metrics.items()}, loss=round(float(loss), 5))
+            info.update({k: round(v, 5) for k, v in metrics.items()}, loss=round(float(loss.detach()), 5))
         step += 1
+        step_log.append(info)
         logger.info("step %s", info)
         if step % recipe.eval_every == 0 or step == recipe.steps:
             history.append({**info, **{f"val_{k}": v for k, v in evaluate(model, val, model.config.num_slots).items()},
                             "val_r_geo": r_geo_on(model, reference, val)})
             logger.info("val %s", history[-1])
             with atomic_path(ckpt) as tmp:
-                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "history": json.dumps(history)}, tmp)
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "history": json.dumps(history),
+                            "step_log": json.dumps(step_log)}, tmp)
     facts = {"kind": KIND, "stage": "rl", "init": str(init), "recipe": asdict(recipe), "steps": step,
              "train_minutes": round((time.perf_counter() - t0) / 60, 2),
              "loop_sec_per_step": round((time.perf_counter() - t_loop) / (step - first_step), 3) if step > first_step else None,
-             "val_history": history}
+             "val_history": history, "step_log": step_log}
     model.save_pretrained(out, {"steps": step, "latent_policy": recipe.latent_policy})
     write_json_atomic(out / "eval.json", facts)
     return facts
