@@ -48,7 +48,7 @@ def _writers(args, names):
 def grade(writer, rm, scene, num_paths: int, samples: int, seed: int, temperature: float = 1.0, top_p: float = 1.0) -> dict:
     import torch
 
-    from scorers.preference import grade_samples, win_rate
+    from scorers.preference import grade_samples, pairwise_accuracy, preference, win_rate
 
     texts = writer.write(scene.still, None, num_paths, samples, temperature=temperature, top_p=top_p,
                          generator=torch.Generator().manual_seed(seed))
@@ -57,9 +57,11 @@ def grade(writer, rm, scene, num_paths: int, samples: int, seed: int, temperatur
     if readable:
         r = rm.score(scene.still, readable)
         best = readable[int(np.argmax(r))]
-        g.update(top1_win=win_rate(best, scene.candidates, scene.scene_words), top1=best)
+        # how well the reward model orders this writer's own samples (what RL optimises against)
+        hits, pairs = pairwise_accuracy(r, [preference(b, scene.scene_words) for b in readable])
+        g.update(top1_win=win_rate(best, scene.candidates, scene.scene_words), top1=best, rm_hits=hits, rm_pairs=pairs)
     else:
-        g.update(top1_win=0.0, top1=None)
+        g.update(top1_win=0.0, top1=None, rm_hits=0, rm_pairs=0)
     return g
 
 
@@ -127,6 +129,9 @@ def summarise(rows: list[dict]) -> dict:
             d[f"win_{part}"] = float(np.mean([r["win"] for r in sub])) if sub else float("nan")
             d[f"top1_win_{part}"] = float(np.mean([r["top1_win"] for r in sub])) if sub else float("nan")
         d["scenes"] = len(rs)
+        d["rm_pairs_on_samples"] = sum(r.get("rm_pairs", 0) for r in rs)  # rows from before the field: 0 pairs
+        d["rm_accuracy_on_samples"] = (sum(r.get("rm_hits", 0) for r in rs) / d["rm_pairs_on_samples"]
+                                       if d["rm_pairs_on_samples"] else float("nan"))
         out[m] = d
     rm = [r for r in rows if r["method"] == "rm"]
     for part, keep in (("seen", False), ("held_out", True)):
@@ -158,7 +163,10 @@ def markdown(summary: dict, meta: dict) -> str:
     rm = summary.get("rm", {})
     lines += ["", f"Reward model pairwise accuracy vs the noise-free preference: seen templates {100 * rm.get('accuracy_seen', 0):.1f}% "
                   f"({rm.get('pairs_seen', 0)} pairs), held-out templates {100 * rm.get('accuracy_held_out', 0):.1f}% "
-                  f"({rm.get('pairs_held_out', 0)} pairs).", ""]
+                  f"({rm.get('pairs_held_out', 0)} pairs). On each writer's own readable samples (pairs of one scene whose "
+                  "hidden scores differ): " + "; ".join(f"{m} {100 * summary[m]['rm_accuracy_on_samples']:.1f}% "
+                                                        f"({summary[m]['rm_pairs_on_samples']} pairs)" for m in methods
+                                                        if summary[m].get("rm_pairs_on_samples")) + ".", ""]
     for k, d in summary.get("paired", {}).items():
         scale = 1.0 if k.endswith(("ideas", "distinct_captions")) else 100.0
         lines.append(f"- {k}: {paired_cell(d, scale)} ({d['n']} scenes)")

@@ -26,3 +26,24 @@ def test_tiny_run_writes_weights_card_and_resumes(module, tmp_path):
     with pytest.raises(InputError, match="--out"):
         main(["--tiny", "--out", str(tmp_path / "other")])
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+def test_planner_attribute_loss_flag_trains_the_read_out_and_guards_resume(tmp_path):
+    from planners.semantic import SemanticPlanner
+    from training.planner import attribute_groups, main
+
+    out = tmp_path / "attr"
+    assert main(["--tiny", "--out", str(out), "--attribute-loss", "0.5", "--stop-at", "2"]) == 0
+    recipe = json.loads((out / "train_config.json").read_text())
+    assert recipe["planner"]["attribute_classes"] == list(attribute_groups()) and recipe["planner"]["attribute_weight"] == 0.5
+    with pytest.raises(InputError, match="--attribute-loss"):  # the checkpoint holds the read-out
+        main(["--tiny", "--out", str(out), "--attribute-loss", "0"])
+    with pytest.raises(InputError, match="--attribute-loss"):
+        main(["--tiny", "--out", str(tmp_path / "bad"), "--attribute-loss", "-1"])
+    with pytest.raises(InputError, match="--full-mask"):
+        main(["--tiny", "--out", str(tmp_path / "bad"), "--full-mask", "2"])
+    assert main(["--tiny", "--out", str(out)]) == 0  # resumes with its saved recipe
+    assert SemanticPlanner.from_pretrained(out).config.attribute_classes == attribute_groups()
+    full = tmp_path / "full"
+    assert main(["--tiny", "--out", str(full), "--full-mask", "0.5"]) == 0
+    assert SemanticPlanner.from_pretrained(full).config.full_mask_prob == 0.5

@@ -100,6 +100,9 @@ def test_benchmark_at_toy_scale(tmp_path):
     res = json.loads((out / "results.json").read_text())
     assert {r["method"] for r in res["rows"]} == {"direct", "multi", "rm"}
     assert 0 <= res["summary"]["multi"]["valid"] <= 1 and np.isfinite(res["summary"]["rm"]["accuracy_seen"])
+    for r in res["rows"]:  # the reward model's ordering of each writer's own samples
+        if r["method"] != "rm":
+            assert 0 <= r["rm_hits"] <= r["rm_pairs"] <= 1  # 2 samples: at most one pair
     # a second run of another method on the same scene merges in beside the first (one row per scene and method)
     other = tmp_path / "bench_single"
     assert bench(["--n", "1", "--samples", "2", "--methods", "single", "--out", str(other)]) == 0

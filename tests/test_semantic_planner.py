@@ -363,6 +363,77 @@ def test_local_context_saves_and_reloads(tmp_path):
             SemanticPlannerConfig(local_context=bad)
 
 
+# ---- attribute supervision [PROPOSED] -----------------------------------------------------------------------
+
+
+def test_attribute_loss_scores_labelled_masked_tokens_and_leaves_the_plan_alone(tmp_path):
+    plain = tiny_planner().eval()
+    attr = tiny_planner(attribute_classes=(3, 2), attribute_weight=0.5).eval()
+    missing, unexpected = attr.load_state_dict(plain.state_dict(), strict=False)
+    assert not unexpected and missing and all(k.startswith("attribute_head.") for k in missing)
+    for p in list(plain.head.final.parameters()) + list(attr.head.final.parameters()):
+        torch.nn.init.constant_(p, 0.1)
+    # training only: the plan is the flow head's, with or without the read-out
+    a = plain.plan("a red square", generator=torch.Generator().manual_seed(3))
+    b = attr.plan("a red square", generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a.tokens, b.tokens)
+    target = torch.randn(1, 2, 3, TOKEN_DIM)
+    mask = torch.tensor([[[True, True, False], [True, True, True]]])
+    labels = torch.full((1, 2, 3, 2), -100, dtype=torch.long)
+    labels[0, 0, 0] = torch.tensor([2, 1])  # a labelled masked token
+    labels[0, 0, 2] = torch.tensor([0, 0])  # labelled but given: not scored
+    ex = PlanExample(PlanRequest(prompt="x"), target, mask, dropout=False, token_classes=labels)
+    out = attr.loss(ex, generator=0)
+    z = torch.randn(6, 32)
+    logits = attr.attribute_head(z).split([3, 2], -1)
+    want = (torch.nn.functional.cross_entropy(logits[0][:1], torch.tensor([2]))
+            + torch.nn.functional.cross_entropy(logits[1][:1], torch.tensor([1])))
+    assert torch.allclose(attr.attribute_loss(z, labels.reshape(6, 2), mask.reshape(-1)), want)
+    assert out.attributes is not None and float(out.attributes.detach()) > 0
+    assert torch.allclose(out.loss, out.plan + 0.5 * out.attributes)
+    assert torch.allclose(out.plan, plain.loss(PlanExample(PlanRequest(prompt="x"), target, mask, dropout=False), generator=0).plan)
+    out.loss.backward()
+    assert float(attr.attribute_head.weight.grad.abs().sum()) > 0 and attr.backbone.embed.weight.grad is not None
+    none = PlanExample(PlanRequest(prompt="x"), target, mask, dropout=False, token_classes=torch.full((1, 2, 3, 2), -100))
+    assert float(attr.loss(none, generator=0).attributes.detach()) == 0.0  # no labelled token: nothing to read
+    with pytest.raises(InputError, match="token_classes"):
+        attr.loss(PlanExample(PlanRequest(prompt="x"), target, mask, dropout=False), generator=0)
+    attr.save_pretrained(tmp_path / "attr")
+    again = SemanticPlanner.from_pretrained(tmp_path / "attr")
+    assert again.config.attribute_classes == (3, 2) and torch.equal(again.attribute_head.weight, attr.attribute_head.weight)
+    for bad in ((1,), (3, "x"), (0, 2)):
+        with pytest.raises(InputError, match="attribute_classes"):
+            SemanticPlannerConfig(attribute_classes=bad)
+    with pytest.raises(InputError, match="attribute_weight"):
+        SemanticPlannerConfig(attribute_weight=-1)
+
+
+def test_full_mask_prob_masks_every_target_token():
+    target = torch.randn(2, 2, 3, TOKEN_DIM)
+    ex = [PlanExample(PlanRequest(prompt="x"), target, dropout=False) for _ in range(4)]
+    assert tiny_planner(full_mask_prob=1.0).loss(ex, generator=0).num_masked == 4 * 12
+    spec = tiny_planner().loss(ex, generator=0)  # off: the spec's ratio range, its random draws unchanged
+    assert 4 * 6 <= spec.num_masked < 4 * 12
+    assert torch.equal(tiny_planner(full_mask_prob=0.0).loss(ex, generator=0).per_token, spec.per_token)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(InputError, match="full_mask_prob"):
+            SemanticPlannerConfig(full_mask_prob=bad)
+
+
+def test_token_labels_read_the_vlm_on_the_target_tokens():
+    from training.bernini_data import load_pools
+    from training.planner import attribute_groups, token_labels
+
+    pools = load_pools("test", 0, 1, tasks=("t2v",), workers=1)
+    labels = token_labels(pools)["t2v"]
+    assert labels.shape == (*pools["t2v"].plan.shape[:4], 3)
+    colours, shapes, objectness = attribute_groups()
+    on = labels[..., 2] == 1
+    assert on.any() and (~on).any() and objectness == 2  # a clip shows objects on some tokens, background on others
+    assert (labels[on, 0] >= 0).all() and (labels[on, 0] < colours).all() and (labels[on, 1] < shapes).all()
+    assert (labels[~on, :2] == -100).all() and (labels[~on, 2] == 0).all()
+
+
 # ---- persistence and arguments ---------------------------------------------------------------------------
 
 

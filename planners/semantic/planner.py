@@ -126,6 +126,10 @@ class SemanticPlannerConfig:
     # training [DEFAULT]: mask ratio r ~ U[0.5, 1], text / source dropout 0.1, lambda_cot 1
     mask_ratio_min: float = 0.5
     mask_ratio_max: float = 1.0
+    # [PROPOSED] share of training examples with every target token masked (else the ratio above). ViT tokens carry
+    # the whole frame's facts, so one revealed token gives away the object's colour: with partly revealed targets
+    # the planner never needs the prompt, yet MaskGIT's first step reveals nothing. 0 = the spec's training.
+    full_mask_prob: float = 0.0
     text_dropout: float = 0.1
     visual_dropout: float = 0.1
     flow_batch_mul: int = 1  # noise draws per masked token per step [PROPOSED 1; MAR uses 4]
@@ -149,6 +153,13 @@ class SemanticPlannerConfig:
     # [PROPOSED] local context (local_context.py): kernel of a 3-D convolution over the target grid whose output
     # joins each target position's head condition; 0 = off (the spec's planner)
     local_context: int = 0
+    # [PROPOSED] attribute supervision of the head conditions: sizes of the per-token label groups (e.g. (10, 8): the
+    # colour and the shape of the object a target token shows, as PlanExample.token_classes); a linear read-out of
+    # each masked token's condition is scored by cross-entropy, averaged over the tokens that carry a label, so the
+    # few object tokens are not outweighed by the background. () = off (the spec's loss). Training only: the plan
+    # itself is still drawn by the flow head.
+    attribute_classes: tuple[int, ...] = ()
+    attribute_weight: float = 1.0
 
     def __post_init__(self):
         self.plan_grid = check_grid("plan_grid", self.plan_grid)
@@ -171,7 +182,7 @@ class SemanticPlannerConfig:
                 raise InputError(name, v, "use a finite number >= 0")
         if self.head_shift <= 0:
             raise InputError("head_shift", self.head_shift, "use a positive shift (Bernini's head uses 2.0)")
-        for name in ("text_dropout", "visual_dropout"):
+        for name in ("text_dropout", "visual_dropout", "full_mask_prob"):
             v = getattr(self, name)
             if not _is_real(v) or not 0 <= v <= 1:
                 raise InputError(name, v, "use a probability in [0, 1]")
@@ -198,6 +209,11 @@ class SemanticPlannerConfig:
             raise InputError("choice_temperature", self.choice_temperature, "use a finite number >= 0 (MaskGIT: 4.5)")
         if not _is_int(self.local_context) or self.local_context < 0 or (self.local_context and self.local_context % 2 == 0):
             raise InputError("local_context", self.local_context, "use 0 (off) or an odd kernel size such as 3")
+        self.attribute_classes = tuple(self.attribute_classes)
+        if not all(_is_int(k) and k >= 2 for k in self.attribute_classes):
+            raise InputError("attribute_classes", self.attribute_classes, "use label-group sizes >= 2, e.g. (10, 8), or () for off")
+        if not _is_real(self.attribute_weight) or self.attribute_weight < 0:
+            raise InputError("attribute_weight", self.attribute_weight, "use a finite number >= 0")
         if self.keep_source is not None and (not _is_real(self.keep_source) or not 0 < self.keep_source <= 1):
             raise InputError("keep_source", self.keep_source, "use a probability in (0, 1], or None to regenerate every token")
 
@@ -254,24 +270,28 @@ class PlanExample:
 
     ``target_mask`` ``(T', h, w)`` bool, True = masked (predicted and scored); None draws it from the
     mask-ratio range. Text / source dropout for CFG is drawn per example unless ``dropout=False``.
+    ``token_classes`` ``(T', h, w, G)`` long: each token's label in each of the config's ``attribute_classes``
+    groups, -100 where it has none (e.g. a background token); only used when that option is on.
     """
 
     request: PlanRequest
     target: torch.Tensor
     target_mask: torch.Tensor | None = None
     dropout: bool = True
+    token_classes: torch.Tensor | None = None
 
 
 @dataclass
 class PlannerLoss:
-    """``loss = plan + cot_weight * cot``; ``per_token`` holds the loss of each masked target token (the flow
-    loss, or the cross-entropy with ``head="codebook"``)."""
+    """``loss = plan + cot_weight * cot + attribute_weight * attributes``; ``per_token`` holds the loss of each
+    masked target token (the flow loss, or the cross-entropy with ``head="codebook"``)."""
 
     loss: torch.Tensor
     plan: torch.Tensor
     cot: torch.Tensor | None
     num_masked: int
     per_token: torch.Tensor
+    attributes: torch.Tensor | None = None
 
 
 @dataclass
@@ -321,6 +341,7 @@ class SemanticPlanner(nn.Module):
         self.mask_tokens = nn.Parameter(torch.randn(1, c.num_mask_tokens, h) * 0.02)
         self.for_vit = nn.Sequential(nn.Linear(h, h), nn.GELU(), nn.Linear(h, h), nn.RMSNorm(h, eps=1e-6), nn.Linear(h, h))
         self.local = LocalContext(h, c.local_context) if c.local_context else None
+        self.attribute_head = nn.Linear(h, sum(c.attribute_classes)) if c.attribute_classes else None
         if c.head == "codebook":
             self.head = codebook_lib.CodebookHead(c.token_dim, h, c.codebook_size, c.head_width, c.head_depth)
         else:
@@ -480,7 +501,8 @@ class SemanticPlanner(nn.Module):
 
         Per example: text dropped with ``text_dropout`` (instruction and chain of thought), sources with
         ``visual_dropout``; a mask ratio ``r ~ U[mask_ratio_min, mask_ratio_max]`` picks ``round(r N)``
-        (at least 1) masked positions unless ``target_mask`` is given; masked positions get the mask token,
+        (at least 1) masked positions unless ``target_mask`` is given (all of them with ``full_mask_prob``);
+        masked positions get the mask token,
         the others their ground truth (teacher forcing). ``L_plan``: mean over all masked tokens of the
         batch; ``L_CE``: mean over the chain-of-thought tokens (and the token that closes them).
 
@@ -494,7 +516,7 @@ class SemanticPlanner(nn.Module):
             raise InputError("batch", type(batch).__name__, "pass a PlanExample or a non-empty list of them")
         c = self.config
         discrete = c.head == "codebook"
-        items, targets, masks, locals_ = [], [], [], []
+        items, targets, masks, locals_, classes = [], [], [], [], []
         for i, ex in enumerate(examples):
             y = ex.target
             if not isinstance(y, torch.Tensor) or y.ndim != 4 or y.shape[-1] != c.token_dim or not y.is_floating_point():
@@ -511,6 +533,8 @@ class SemanticPlanner(nn.Module):
                 m = m.reshape(-1).to(self.device)
             else:
                 r = c.mask_ratio_min + (c.mask_ratio_max - c.mask_ratio_min) * float(torch.rand((), generator=g))
+                if c.full_mask_prob and float(torch.rand((), generator=g)) < c.full_mask_prob:
+                    r = 1.0
                 k = min(n, max(1, round(r * n)))
                 m = torch.zeros(n, dtype=torch.bool)
                 m[torch.randperm(n, generator=g)[:k]] = True
@@ -529,6 +553,8 @@ class SemanticPlanner(nn.Module):
                                      cot_loss=True, target_rows=rows))
             targets.append(y)
             masks.append(m)
+            if self.attribute_head is not None:
+                classes.append(self._token_classes(ex.token_classes, grid, f"batch[{i}].token_classes"))
             source = None if drop_vis else self._aligned_source(req, grid)
             locals_.append(self._stream_locals(rows, grid, source, [True])[0])
         batch_t, states = self._forward(items)
@@ -547,7 +573,30 @@ class SemanticPlanner(nn.Module):
             logits = self.backbone.lm_logits(states[-1][:, :-1][scored])
             cot_loss = F.cross_entropy(logits.float(), labels[:, 1:][scored])
         total = plan_loss + (c.cot_weight * cot_loss if cot_loss is not None else 0.0)
-        return PlannerLoss(total, plan_loss, cot_loss, int(torch.cat(masks).sum()), per_token)
+        attr_loss = None
+        if self.attribute_head is not None:
+            attr_loss = self.attribute_loss(z, torch.cat(classes), torch.cat(masks))
+            total = total + c.attribute_weight * attr_loss
+        return PlannerLoss(total, plan_loss, cot_loss, int(torch.cat(masks).sum()), per_token, attr_loss)
+
+    def _token_classes(self, labels: torch.Tensor | None, grid: tuple[int, int, int], name: str) -> torch.Tensor:
+        groups = len(self.config.attribute_classes)
+        if (not isinstance(labels, torch.Tensor) or labels.dtype != torch.long or tuple(labels.shape) != (*grid, groups)):
+            raise InputError(name, getattr(labels, "shape", labels),
+                             f"pass a long tensor {(*grid, groups)} of labels (-100 = none): attribute_classes is on")
+        return labels.reshape(-1, groups).to(self.device)
+
+    def attribute_loss(self, z: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the attribute read-out of the masked rows' conditions ``z`` ``(N, C)`` against
+        ``labels`` ``(N, G)`` (-100 = none), averaged over the labelled rows of each group, summed over groups;
+        0 when no masked row carries a label [PROPOSED, see ``attribute_classes``]."""
+        logits = self.attribute_head(z[mask]).float()
+        wanted = labels[mask]
+        total = logits.new_zeros(())
+        for g, part in enumerate(logits.split(list(self.config.attribute_classes), -1)):
+            if bool((wanted[:, g] != -100).any()):
+                total = total + F.cross_entropy(part, wanted[:, g], ignore_index=-100)
+        return total
 
     # ---- inference ---------------------------------------------------------------------------------
 
