@@ -40,7 +40,8 @@ weights: $(STAMP)
 	$(PY) -m training.vit --out weights/builtin/vit
 	$(PY) -m training.vlm --out weights/builtin/vlm --vit weights/builtin/vit
 	$(PY) -m training.renderer --out weights/builtin/renderer
-	$(PY) -m training.planner --out weights/builtin/planner
+	$(PY) -m training.planner --out outputs/train/planner_base
+	$(PY) -m training.planner --out weights/builtin/planner --init outputs/train/planner_base --attribute-loss 1 --full-mask 0.5 --denoising-steps 25 --steps 1500
 	$(PY) -m training.skeleton_planner --out weights/builtin/skeleton_planner
 	$(PY) -m training.motion_renderer --out weights/builtin/motion_renderer
 	$(PY) -m training.humor_sft --out weights/builtin/meme_writer_sft

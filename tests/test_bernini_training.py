@@ -47,3 +47,9 @@ def test_planner_attribute_loss_flag_trains_the_read_out_and_guards_resume(tmp_p
     full = tmp_path / "full"
     assert main(["--tiny", "--out", str(full), "--full-mask", "0.5"]) == 0
     assert SemanticPlanner.from_pretrained(full).config.full_mask_prob == 0.5
+    # an inference setting: --eval-only may change it on the saved model
+    assert main(["--tiny", "--out", str(full), "--eval-only", "--denoising-steps", "4"]) == 0
+    assert SemanticPlanner.from_pretrained(full).config.denoising_steps == 4
+    assert json.loads((full / "train_config.json").read_text())["planner"]["denoising_steps"] == 4
+    with pytest.raises(InputError, match="--denoising-steps"):
+        main(["--tiny", "--out", str(full), "--eval-only", "--denoising-steps", "0"])

@@ -34,7 +34,7 @@ plan and the colour a small part of their loss.
 
     python -m training.planner --out DIR [--steps N] [--stop-at STEP] [--tiny] [--no-resume] [--eval-only]
                                [--head {flow,codebook}] [--codebook-size K] [--local-context K] [--init DIR]
-                               [--attribute-loss W] [--full-mask P]
+                               [--attribute-loss W] [--full-mask P] [--denoising-steps N]
 
 Fully masked examples [PROPOSED] (``--full-mask P``, ``SemanticPlannerConfig.full_mask_prob``): a builtin-ViT token
 carries its whole frame's facts, so with part of the target revealed (the spec's ratio range) the planner reads
@@ -290,6 +290,20 @@ def _head_text(c: SemanticPlannerConfig, ev: dict) -> str:
             f"image {c.img_cfg}).")
 
 
+def _options_text(recipe: PlannerRecipe) -> str:
+    """The card's lines for a fine-tune and the [PROPOSED] training options, when used."""
+    c, lines = recipe.planner, []
+    if recipe.init:
+        lines.append(f"- Fine-tuned from the planner in `{recipe.init}` (its weights at the start of this run).")
+    if c.full_mask_prob:
+        lines.append(f"- {c.full_mask_prob:g} of the examples fully masked [PROPOSED] (`--full-mask`; training/planner.py's docstring).")
+    if c.attribute_classes:
+        lines.append(f"- Attribute supervision [PROPOSED] (`--attribute-loss {c.attribute_weight:g}`): a linear read-out of each masked "
+                     f"token's head condition names the colour / shape / presence of the object the builtin VLM reads on its "
+                     f"target ({'/'.join(str(k) for k in c.attribute_classes)} classes).")
+    return "".join("\n" + line for line in lines)
+
+
 def card(recipe: PlannerRecipe, ev: dict, out: Path) -> str:
     c, b, t = recipe.planner, recipe.backbone, recipe.train
     rows = [f"| {task} | {m['cosine']:.3f} | {m['placed']:.3f} | {m.get('copy_source', {}).get('cosine', '-')} | {m['clips']} | {m['seconds_per_plan']} |"
@@ -308,7 +322,7 @@ target's builtin-ViT patch tokens on a {c.plan_grid} plan grid {_head_text(c, ev
 - {ev.get('steps')} of {t.steps} steps, batch {recipe.batch}, task mix {recipe.mix}, AdamW lr {t.lr}, warmup {t.warmup} +
   cosine, EMA {t.ema}; mask ratio U[{c.mask_ratio_min}, {c.mask_ratio_max}], text dropout {c.text_dropout}, source
   dropout {c.visual_dropout}. {ev.get('train_minutes')} min, {ev.get('sec_per_step')} s/step on {t.threads} CPU thread(s).
-  Weights {size_mb:.1f} MB.
+  Weights {size_mb:.1f} MB.{_options_text(recipe)}
 
 ## Measured (TEST split, first {recipe.test_items} items per task)
 Per plan token: cosine to the ground-truth token at its place, and the share of tokens whose nearest
@@ -347,6 +361,9 @@ def parse_args(argv=None):
     ap.add_argument("--local-context", type=int, metavar="K",
                     help="a KxKxK convolution over the target grid joins the head's condition (0 = off) [PROPOSED]")
     ap.add_argument("--init", metavar="DIR", help="start from the weights of the planner saved in DIR (fine-tune)")
+    ap.add_argument("--denoising-steps", type=int, metavar="N",
+                    help="Euler steps of the flow head per revealed token when planning (saved in the model's config; "
+                         "an inference setting, so a resumed run or --eval-only may change it)")
     ap.add_argument("--full-mask", type=float, metavar="P",
                     help="share of training examples with every target token masked (0 = the spec's ratio range) [PROPOSED]")
     ap.add_argument("--attribute-loss", type=float, metavar="W",
@@ -398,8 +415,12 @@ def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resu
     if full is not None and not (np.isfinite(full) and 0 <= full <= 1):
         raise InputError("--full-mask", full, "use a probability in [0, 1] (0 = off)")
     full = keep.full_mask_prob if full is None else full
+    steps = getattr(args, "denoising_steps", None)
+    if steps is not None and steps < 1:
+        raise InputError("--denoising-steps", steps, "use a positive number of Euler steps (e.g. 25)")
+    steps = keep.denoising_steps if steps is None else steps
     return replace(recipe, planner=replace(recipe.planner, local_context=local, attribute_classes=tuple(classes),
-                                           attribute_weight=weight, full_mask_prob=full),
+                                           attribute_weight=weight, full_mask_prob=full, denoising_steps=steps),
                    init=recipe.init if args.init is None else args.init)
 
 
@@ -441,7 +462,11 @@ def main(argv=None) -> int:
         old = json.loads((out / "eval.json").read_text()) if (out / "eval.json").is_file() else {}
         if "codebook" in old:  # the VAL quantisation numbers measured when the codebook was fitted
             facts["codebook"] = old["codebook"]
-        final_eval(out, recipe, SemanticPlanner.from_pretrained(out), texts, facts)
+        model = SemanticPlanner.from_pretrained(out)
+        if model.config.denoising_steps != recipe.planner.denoising_steps:  # --denoising-steps on a saved model
+            model.config.denoising_steps = recipe.planner.denoising_steps
+            model.save_pretrained(out)
+        final_eval(out, recipe, model, texts, facts)
         return 0
     t_start = time.perf_counter()
     pools = load_pools("train", recipe.seed, recipe.pool, recipe.data, cache_dir=recipe.cache, workers=recipe.workers)
