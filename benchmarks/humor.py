@@ -150,6 +150,14 @@ def summarise(rows: list[dict]) -> dict:
     return out
 
 
+def _on_samples(summary: dict, methods: list[str]) -> str:
+    """The reward model's accuracy on each writer's own readable samples (pairs of one scene whose hidden scores
+    differ), for the methods whose rows carry it."""
+    parts = [f"{m} {100 * summary[m]['rm_accuracy_on_samples']:.1f}% ({summary[m]['rm_pairs_on_samples']} pairs)"
+             for m in methods if summary[m].get("rm_pairs_on_samples")]
+    return f" On each writer's own readable samples: {'; '.join(parts)}." if parts else ""
+
+
 def markdown(summary: dict, meta: dict) -> str:
     methods = [m for m in summary if m not in ("rm", "paired")]
     lines = [f"# HUMOR benchmark ({meta['scenes']} {meta.get('split', 'test').upper()} scenes, {meta['samples']} samples each)", "",
@@ -163,10 +171,7 @@ def markdown(summary: dict, meta: dict) -> str:
     rm = summary.get("rm", {})
     lines += ["", f"Reward model pairwise accuracy vs the noise-free preference: seen templates {100 * rm.get('accuracy_seen', 0):.1f}% "
                   f"({rm.get('pairs_seen', 0)} pairs), held-out templates {100 * rm.get('accuracy_held_out', 0):.1f}% "
-                  f"({rm.get('pairs_held_out', 0)} pairs). On each writer's own readable samples (pairs of one scene whose "
-                  "hidden scores differ): " + "; ".join(f"{m} {100 * summary[m]['rm_accuracy_on_samples']:.1f}% "
-                                                        f"({summary[m]['rm_pairs_on_samples']} pairs)" for m in methods
-                                                        if summary[m].get("rm_pairs_on_samples")) + ".", ""]
+                  f"({rm.get('pairs_held_out', 0)} pairs).{_on_samples(summary, methods)}", ""]
     for k, d in summary.get("paired", {}).items():
         scale = 1.0 if k.endswith(("ideas", "distinct_captions")) else 100.0
         lines.append(f"- {k}: {paired_cell(d, scale)} ({d['n']} scenes)")

@@ -65,6 +65,7 @@ from planners.semantic.backbones import TinyBackboneConfig
 from planners.semantic.layout import VisualTokens
 from training.bernini_data import DEFAULT_CACHE, TASKS, DataConfig, Pool, load_pools
 from training.common import (
+    SHIPPED,
     TRAIN_CONFIG,
     check_run_dir,
     design_notes,
@@ -204,7 +205,7 @@ def loss_fn(model: SemanticPlanner, batch: dict):
     return out.loss, logs
 
 
-VLM_DIR = Path(__file__).resolve().parents[1] / "weights" / "builtin" / "vlm"
+VLM_DIR = SHIPPED / "vlm"
 OBJECT_THRESHOLD = 0.5  # P(object) of the VLM's patch read-out above which a token is labelled
 
 
