@@ -41,10 +41,12 @@ weights: $(STAMP)
 	$(PY) -m training.vlm --out weights/builtin/vlm --vit weights/builtin/vit
 	$(PY) -m training.renderer --out weights/builtin/renderer
 	$(PY) -m training.planner --out outputs/train/planner_base
-	$(PY) -m training.planner --out weights/builtin/planner --init outputs/train/planner_base --attribute-loss 1 --full-mask 0.5 --denoising-steps 25 --steps 1500
+	$(PY) -m training.planner --out outputs/train/planner_fine1 --init outputs/train/planner_base --attribute-loss 1 --full-mask 0.5 --denoising-steps 25 --steps 1500
+	$(PY) -m training.planner --out weights/builtin/planner --init outputs/train/planner_fine1 --attribute-loss 1 --full-mask 0.5 --denoising-steps 25 --steps 1500
 	$(PY) -m training.skeleton_planner --out weights/builtin/skeleton_planner
 	$(PY) -m training.motion_renderer --out weights/builtin/motion_renderer
-	$(PY) -m training.humor_sft --out weights/builtin/meme_writer_sft
+	$(PY) -m training.humor_sft --out outputs/train/humor_sft_base
+	$(PY) -m training.humor_sft --base outputs/train/humor_sft_base --steps 300 --lr 5e-4 --name-slots --out weights/builtin/meme_writer_sft
 	$(PY) -m training.humor_rm --out weights/builtin/meme_rm
 	$(PY) -m training.humor_rl --sft weights/builtin/meme_writer_sft --reward-model weights/builtin/meme_rm --out weights/builtin/meme_writer
 	$(PY) -m training.gelvr_sft --variant full --image-tokens objects --lambda-pointer 1.0 --object-reads symbols --image-positions shared --answer-pointer --steps 1500 --eval-every 250 --out weights/builtin/latent_reasoner_sft
