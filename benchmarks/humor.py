@@ -115,7 +115,7 @@ def _curve_writers(args) -> dict:
 
     for c in ckpts:
         out[f"step {c.name.split('-')[-1]}"] = BuiltinMemeWriter(LlamaForCausalLM.from_pretrained(c, use_safetensors=True), tok,
-                                                                 vlm=out["step 0"].vlm)
+                                                                 vlm=out["step 0"].vlm, name_slots=out["step 0"].name_slots)
     return out
 
 

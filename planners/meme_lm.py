@@ -130,11 +130,14 @@ def sample_texts(model, tokenizer, prompts: list[str], n: int, seed: int | None,
 
 
 class BuiltinMemeWriter:
-    """The builtin writer: perception text from the builtin VLM, then a small causal LM (module docstring)."""
+    """The builtin writer: perception text from the builtin VLM, then a small causal LM (module docstring). With
+    ``name_slots`` the LM names objects by slot (``<o1>`` = the first object the perception lists) and ``write``
+    fills the slots in [PROPOSED] (``planners.meme_perception.to_name_slots``)."""
 
-    def __init__(self, model, tokenizer, vlm=None):
+    def __init__(self, model, tokenizer, vlm=None, name_slots: bool = False):
         self.model, self.tokenizer = model.eval(), tokenizer
         self._vlm = vlm
+        self.name_slots = bool(name_slots)
 
     @property
     def vlm(self):
@@ -168,13 +171,14 @@ class BuiltinMemeWriter:
             raise MediaError(path, "not a builtin meme writer folder", "pass a folder written by BuiltinMemeWriter.save_pretrained "
                                                                       "(e.g. `atelier train humor-sft`), or 'builtin'")
         model = LlamaForCausalLM.from_pretrained(path, use_safetensors=True).to(select_device(device))
-        return cls(model, AutoTokenizer.from_pretrained(path))
+        return cls(model, AutoTokenizer.from_pretrained(path), name_slots=writer_uses_name_slots(path))
 
     def save_pretrained(self, path: str | Path, metadata: dict | None = None) -> Path:
         path = Path(path)
         self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
-        (path / MARKER).write_text(json.dumps({"kind": "builtin_meme_writer", "perception": "builtin_vlm", **(metadata or {})}, indent=1))
+        (path / MARKER).write_text(json.dumps({"kind": "builtin_meme_writer", "perception": "builtin_vlm", "name_slots": self.name_slots,
+                                               **(metadata or {})}, indent=1))
         return path
 
     def perceive(self, image: np.ndarray) -> str:
@@ -187,8 +191,24 @@ class BuiltinMemeWriter:
 
     def write(self, image: np.ndarray, topic: str | None = None, num_paths: int = 3, n: int = 4, *, num_boxes: int = 2,
               temperature: float = 1.0, top_p: float = 1.0, generator: Any = None, do_sample: bool = True) -> list[str]:
+        from planners.meme_perception import fill_name_slots, listed_names
+
         seed = generation_seed(MAX_NEW_TOKENS, do_sample, temperature, top_p, n, generator)
-        return sample_texts(self.model, self.tokenizer, [self.prompt(image, topic, num_paths, num_boxes)], n, seed, temperature, top_p)[0]
+        perception = self.perceive(image)
+        prompt = lm_prompt(perception, check_topic(topic), _check_paths(num_paths), num_boxes)
+        texts = sample_texts(self.model, self.tokenizer, [prompt], n, seed, temperature, top_p)[0]
+        if self.name_slots:
+            names = listed_names(perception)
+            texts = [fill_name_slots(t, names) for t in texts]
+        return texts
+
+
+def writer_uses_name_slots(path: str | Path) -> bool:
+    """Whether the builtin writer saved in ``path`` names objects by slot (its marker file says so)."""
+    try:
+        return bool(json.loads((Path(path) / MARKER).read_text()).get("name_slots", False))
+    except (OSError, ValueError):
+        return False
 
 
 class VLMMemeWriter:

@@ -14,6 +14,7 @@ is not (what ``hide`` is about).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,8 @@ SIZE = 64
 # [PROPOSED] P(object) above which a patch counts as showing an object
 THRESHOLD = 0.5
 _NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+# [PROPOSED] a name slot: "<o2>" stands for the second object the perception text lists ("colour shape")
+_SLOT = re.compile(r"<o(\d)>")
 
 
 @dataclass(frozen=True)
@@ -115,3 +118,34 @@ def perceive(vlm, image: np.ndarray, threshold: float = THRESHOLD) -> Perception
                                                      _where((ys.mean() + 0.5) / g, (xs.mean() + 0.5) / g))))
     objects.sort(key=lambda t: (-t[0], t[1].color))
     return Perception(tuple(o for _, o in objects))
+
+
+def listed_names(perception_text: str) -> list[str]:
+    """"colour shape" of each object a perception text (``Perception.text``) lists, in its order."""
+    from worldgen.vocab import COLOR_NAMES, SHAPES
+
+    names = []
+    for part in perception_text.split("; "):
+        words = part.split()
+        for i, w in enumerate(words[:-1]):
+            if w in COLOR_NAMES:
+                noun = words[i + 1]
+                shape = next((s for s in SHAPES if noun in (s, s + "s", s + "es")), None)
+                if shape:
+                    names.append(f"{w} {shape}")
+                break
+    return names
+
+
+def to_name_slots(text: str, names: list[str]) -> str:
+    """``text`` with each listed name written as its slot (``<o1>``, ``<o2>``, ...): what the builtin writer learns
+    to write [PROPOSED, delexicalisation as in slot-based language generation], so that a 2M-parameter model names
+    the objects by pointing at the perception text instead of spelling them from memory."""
+    for k, name in sorted(enumerate(names[:9], 1), key=lambda t: -len(t[1])):
+        text = re.sub(rf"\b{re.escape(name)}", f"<o{k}>", text)
+    return text
+
+
+def fill_name_slots(text: str, names: list[str]) -> str:
+    """``text`` with each slot ``<ok>`` replaced by the k-th listed name; a slot past the list stays as written."""
+    return _SLOT.sub(lambda m: names[int(m.group(1)) - 1] if 0 < int(m.group(1)) <= len(names) else m.group(0), text)

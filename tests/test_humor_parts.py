@@ -70,6 +70,21 @@ def test_the_ground_truth_comes_from_the_noisy_votes_upper_half(scene):
             assert topic in " ".join(boxes).lower()
 
 
+def test_hallucinated_negatives_name_only_objects_the_picture_does_not_show():
+    from training.humor_data import hallucinated
+
+    names = {"A": "red circle", "B": "blue square"}
+    rng = np.random.default_rng(0)
+    assert hallucinated(("me", "also me"), names, rng) is None
+    shown = {"red", "circle", "blue", "square"}
+    for _ in range(30):
+        top, bottom = hallucinated(("red circle chasing blue square", "red circle: not today"), names, rng)
+        words = (top + " " + bottom).replace(":", "").split()
+        assert not shown & set(words)
+        assert words[2] == "chasing" and words[-2:] == ["not", "today"]
+        assert words[0:2] == words[-4:-2] and words[0:2] != words[3:5]  # one replacement per name, kept throughout
+
+
 def test_read_boxes_reads_only_the_boxes_and_names_what_is_wrong():
     assert read_boxes("Text on the Meme:\nbox1: top\nbox2: bottom\n", 2) == ["top", "bottom"]
     assert read_boxes("**Text on the Meme:**\nbox1: \"a\"\nbox2: b\nthanks!", 2) == ["a", "b"]
@@ -170,3 +185,38 @@ def test_human_anchors_join_every_completions_opponents():
     assert r == pytest.approx([(sig(1.0) + 1 + sig(0.0)) / 3, 0.0, (sig(-1.0) + 1 + sig(-1.0)) / 3])
     assert make_rm_group_reward(rm, img, 3, anchors={})([_completion("a"), "x", _completion("b")], scene=[0, 0, 0]) == \
         make_rm_group_reward(rm, img, 3)([_completion("a"), "x", _completion("b")], scene=[0, 0, 0])
+
+
+def test_name_slots_round_trip_through_the_perception_text_and_the_rl_reward():
+    from planners.meme_perception import fill_name_slots, listed_names, to_name_slots
+    from training.humor_rl import make_rm_group_reward
+
+    text = "six small pink hearts around the centre; a medium white circle at the centre; a large blue cross at the left"
+    names = listed_names(text)
+    assert names == ["pink heart", "white circle", "blue cross"] and listed_names("nothing recognisable") == []
+    caption = "white circle surrounded by pink hearts / blue cross"
+    slotted = to_name_slots(caption, names)
+    assert slotted == "<o2> surrounded by <o1>s / <o3>" and fill_name_slots(slotted, names) == caption
+    assert fill_name_slots("<o4> and <o0>", names) == "<o4> and <o0>"  # a slot past the list stays as written
+    rm = _FixedRM({"white circle": 1.0, "<o2>": 0.0, "b": 0.0})
+    img = {0: np.zeros((8, 8, 3), np.uint8)}
+    filled = make_rm_group_reward(rm, img, 2, slot_names={0: names})([_completion("<o2>"), _completion("b")], scene=[0, 0])
+    raw = make_rm_group_reward(rm, img, 2)([_completion("<o2>"), _completion("b")], scene=[0, 0])
+    assert filled[0] > filled[1] and raw == [0.5, 0.5]
+
+
+def test_a_slot_writer_fills_its_slots_with_what_it_perceives_and_reloads_as_one(tmp_path, monkeypatch):
+    import planners.meme_lm as meme_lm
+    from humor_fakes import scene_and_perception, tiny_writer
+    from planners.meme_perception import listed_names
+
+    w = tiny_writer(steps=1)
+    s = scene_and_perception()
+    names = listed_names(s.perception)
+    assert names, s.perception
+    monkeypatch.setattr(meme_lm, "sample_texts", lambda *a, **k: [["box1: <o1> at 3 am\nbox2: <o9>"]])
+    assert w.write(s.still, n=1, generator=0) == ["box1: <o1> at 3 am\nbox2: <o9>"]  # a writer without slots
+    w.name_slots = True
+    assert w.write(s.still, n=1, generator=0) == [f"box1: {names[0]} at 3 am\nbox2: <o9>"]
+    w.save_pretrained(tmp_path / "w")
+    assert meme_lm.BuiltinMemeWriter.from_pretrained(tmp_path / "w").name_slots

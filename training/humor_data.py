@@ -35,8 +35,10 @@ from core.atomic import atomic_path
 from core.errors import InputError
 from planners.meme_cot import MemeCoT, ReasoningPath, render_cot
 from planners.meme_lm import lm_prompt
+from planners.meme_perception import listed_names, to_name_slots
 from worldgen.tasks import meme
 from worldgen.tasks.base import split_seed
+from worldgen.vocab import COLOR_NAMES, SHAPES
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +170,30 @@ def popular(scene: MemeScene) -> list[int]:
     return order[: max(1, len(order) // 2)]
 
 
+def hallucinated(caption: tuple[str, str], names: dict[str, str], rng: np.random.Generator) -> tuple[str, str] | None:
+    """``caption`` with every object name of the scene it mentions replaced by an object the picture does not show
+    (a colour and a shape that no named object has; one replacement per name), or None when it names none.
+
+    [PROPOSED] hallucination-injected negatives for the reward model, as POVID (Zhou et al., 2024) builds
+    dispreferred answers by injecting hallucinated objects: the human votes never set a right name against a wrong
+    one (every human meme names the picture's objects correctly), so a model trained on them alone cannot tell the
+    writer's invented names from real ones (measured: 46% on 39 VAL pairs, chance). The label (the real caption is
+    preferred) comes from this construction, not from worldgen's hidden preference."""
+    text = " ||| ".join(caption)
+    named = [n for n in names.values() if n in text]
+    if not named:
+        return None
+    colours = {n.split()[0] for n in names.values()}
+    shapes = {n.split()[-1] for n in names.values()}
+    other_colours = [c for c in COLOR_NAMES if c not in colours]
+    other_shapes = [s for s in SHAPES if s not in shapes]
+    fakes = [f"{c} {s}" for c in other_colours for s in other_shapes]
+    for n, k in zip(sorted(named, key=len, reverse=True), rng.choice(len(fakes), len(named), replace=False)):
+        text = text.replace(n, fakes[k])  # a different invented object for each real one
+    top, bottom = text.split(" ||| ")
+    return top, bottom
+
+
 # ---- trace-back ------------------------------------------------------------------------------------
 
 
@@ -238,8 +264,9 @@ def trace(scene: MemeScene, gt: int, others: list[int], num_paths: int = 3, topi
 
 
 def sft_example(scene: MemeScene, num_paths: int = 3, rng: np.random.Generator | None = None,
-                topic_rate: float = 0.25) -> tuple[str, str]:
-    """One (prompt, completion) pair traced back from ``scene`` (see the module docstring)."""
+                topic_rate: float = 0.25, name_slots: bool = False) -> tuple[str, str]:
+    """One (prompt, completion) pair traced back from ``scene`` (see the module docstring); with ``name_slots`` the
+    completion names the perceived objects by slot (``planners.meme_perception.to_name_slots``) [PROPOSED]."""
     rng = rng or np.random.default_rng(0)
     gt = int(rng.choice(popular(scene)))
     topic = None
@@ -248,18 +275,21 @@ def sft_example(scene: MemeScene, num_paths: int = 3, rng: np.random.Generator |
         topic = str(rng.choice(words)) if words else None
     rest = [i for i in range(len(scene.candidates)) if i != gt and scene.candidates[i] != scene.candidates[gt]]
     others = [int(i) for i in rng.permutation(rest)]
-    return lm_prompt(scene.perception, topic, num_paths), trace(scene, gt, others, num_paths, topic, rng)
+    completion = trace(scene, gt, others, num_paths, topic, rng)
+    if name_slots:
+        completion = to_name_slots(completion, listed_names(scene.perception))
+    return lm_prompt(scene.perception, topic, num_paths), completion
 
 
 def sft_corpus(scenes: list[MemeScene], per_scene: int = 2, path_counts: tuple[int, ...] = (3, 1, 0),
-               seed: int = 0) -> list[dict]:
+               seed: int = 0, name_slots: bool = False) -> list[dict]:
     """``per_scene`` traces per scene and path count, as TRL prompt-completion rows
-    (``{"prompt", "completion", "num_paths", "scene"}``)."""
+    (``{"prompt", "completion", "num_paths", "scene"}``); ``name_slots``: see ``sft_example``."""
     rng = np.random.default_rng(seed)
     rows = []
     for s in scenes:
         for k in path_counts:
             for _ in range(per_scene):
-                p, c = sft_example(s, k, rng)
+                p, c = sft_example(s, k, rng, name_slots=name_slots)
                 rows.append({"prompt": p, "completion": c, "num_paths": k, "scene": s.index})
     return rows

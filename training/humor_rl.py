@@ -54,9 +54,10 @@ KIND = "humor-rl"
 @dataclass(frozen=True)
 class RLRecipe:
     scenes: int = 3000
-    # the shipped writer: checkpoint 25 of a top_p 0.95 run at this constant lr, the last before the mean KL
-    # first passed the trust region's delta = 0.05 (at step 50)
-    steps: int = 25
+    # the shipped writer (2026-12-05): step 10 of a top_p 0.95 run at this constant lr from the name-slot SFT writer,
+    # the last checkpoint whose K = 3 samples still held 4 distinct captions in 8 on VAL (the pipeline shows 4); the
+    # mean KL never reached the trust region's delta = 0.05 in 60 steps
+    steps: int = 10
     batch: int = 16  # completions per step: batch / group prompts
     group: int = 8
     lr: float = 5e-5
@@ -90,10 +91,13 @@ def _boxes_or_none(text: str) -> list[str] | None:
 
 
 def make_rm_group_reward(rm: Any, images: dict[int, np.ndarray], group_size: int, pointwise: bool = False,
-                         anchors: dict[int, list[Sequence[str]]] | None = None) -> Callable[..., list[float]]:
+                         anchors: dict[int, list[Sequence[str]]] | None = None,
+                         slot_names: dict[int, list[str]] | None = None) -> Callable[..., list[float]]:
     """The reward model's group reward as a TRL reward function ``fn(completions, scene, **kw)`` (see the module
     docstring); ``images[scene]`` is each scene's picture, ``scene`` a dataset column; ``anchors[scene]``, if given,
-    the human memes (box texts) each completion is also compared with."""
+    the human memes (box texts) each completion is also compared with; ``slot_names[scene]``, for a writer that
+    names objects by slot, the names its slots stand for (filled in before scoring, as the writer does)."""
+    from planners.meme_perception import fill_name_slots
 
     def reward(completions: Sequence[Any], scene: Sequence[int], **kwargs: Any) -> list[float]:
         n = len(completions)
@@ -102,6 +106,9 @@ def make_rm_group_reward(rm: Any, images: dict[int, np.ndarray], group_size: int
         out: list[float] = []
         for start in range(0, n, group_size):
             boxes = [_boxes_or_none(c) for c in completions[start:start + group_size]]
+            if slot_names is not None:
+                names = slot_names[int(scene[start])]
+                boxes = [None if b is None else [fill_name_slots(t, names) for t in b] for b in boxes]
             ok = [i for i, b in enumerate(boxes) if b is not None]
             r = np.zeros(group_size)
             if ok:
@@ -161,7 +168,8 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
     from trl import GRPOTrainer
 
     from planners.meme_cot import build_prompt
-    from planners.meme_lm import MARKER, BuiltinMemeWriter, lm_prompt
+    from planners.meme_lm import MARKER, BuiltinMemeWriter, lm_prompt, writer_uses_name_slots
+    from planners.meme_perception import listed_names
     from planners.meme_reward import load_reward_model
     from training.group_rl import format_reward_func
     from training.humor_data import load_scenes
@@ -178,6 +186,7 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
     rm = load_reward_model(reward_model)
     images = {s.index: s.still for s in scenes}
     builtin = (Path(sft) / MARKER).exists()
+    slots = builtin and writer_uses_name_slots(sft)
     if builtin:  # the builtin writer: a text-only causal LM reading the perception text
         processing = AutoTokenizer.from_pretrained(sft)
         model = LlamaForCausalLM.from_pretrained(sft, use_safetensors=True)
@@ -193,7 +202,8 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
                  "image": Image.fromarray(s.still), "scene": s.index, "num_boxes": 2} for s in scenes]
     ds = Dataset.from_list(rows)
     anchors = {s.index: [list(c) for c in s.candidates[: recipe.human_anchors]] for s in scenes} if recipe.human_anchors else None
-    rewards = [make_rm_group_reward(rm, images, recipe.group, pointwise=recipe.reward == "pointwise", anchors=anchors),
+    slot_names = {s.index: listed_names(s.perception) for s in scenes} if slots else None
+    rewards = [make_rm_group_reward(rm, images, recipe.group, pointwise=recipe.reward == "pointwise", anchors=anchors, slot_names=slot_names),
                format_reward_func if recipe.format_paths is None else make_format_reward(recipe.format_paths)]
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=grpo_config(out, recipe), train_dataset=ds, processing_class=processing)
     ckpts = sorted((out / "run").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])) if resume else []
@@ -204,7 +214,7 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
              "curve": [{k: h.get(k) for k in ("step", "reward", "reward_std", "kl", "completions/mean_length")
                         if k in h} | {f: h[f] for f in h if f.startswith("rewards/")} for h in logs]}
     if builtin:
-        BuiltinMemeWriter(trainer.model.cpu(), processing).save_pretrained(out, {"stage": "rl", "reward": recipe.reward, "steps": facts["steps"]})
+        BuiltinMemeWriter(trainer.model.cpu(), processing, name_slots=slots).save_pretrained(out, {"stage": "rl", "reward": recipe.reward, "steps": facts["steps"]})
     else:
         trainer.save_model(str(out))
         processing.save_pretrained(out)
@@ -225,6 +235,7 @@ def main(argv=None) -> int:
     ap.add_argument("--top-p", type=float, help="nucleus mass of the rollouts (default 0.95 [PROPOSED]; published 1.0)")
     ap.add_argument("--format-paths", type=int, help="also check K reasoning paths in the format reward [PROPOSED]")
     ap.add_argument("--human-anchors", type=int, help="also compare each completion with the scene's first H human memes [PROPOSED]")
+    ap.add_argument("--save-steps", type=int, help="checkpoint every N steps (default 25), for choosing by the KL rule")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
@@ -232,7 +243,7 @@ def main(argv=None) -> int:
     recipe = tiny_recipe() if args.tiny else RLRecipe()
     over = {k: v for k, v in (("steps", args.steps), ("reward", args.reward), ("lr", args.lr), ("format_paths", args.format_paths),
                                      ("top_p", args.top_p), ("batch", args.batch), ("group", args.group),
-                                     ("human_anchors", args.human_anchors)) if v}
+                                     ("human_anchors", args.human_anchors), ("save_steps", args.save_steps)) if v}
     recipe = RLRecipe(**{**asdict(recipe), **over})
     facts = train_rl(args.out, args.sft, recipe, args.reward_model, resume=not args.no_resume)
     print(json.dumps({k: v for k, v in facts.items() if k != "curve"}))
