@@ -59,7 +59,9 @@ class HumorConfig(PipelineConfig):
                                       "readable, measured)", range=(0.05, 1.0))
     ranking: str = setting("borda", help="how the group is ordered from the pairwise preferences: borda (counts) or "
                                           "bradley_terry (fitted strengths)", choices=("borda", "bradley_terry"))
-    max_rounds: int = setting(3, help="rounds of sampling: after the first, each round draws twice the memes still missing "
+    # 5 measured on 16 TEST scenes with the RL writer (it repeats itself more than the SFT one): 4 memes asked, all 4
+    # returned in 94% of calls (3 rounds: 81%); extra rounds cost time only when a round comes up short
+    max_rounds: int = setting(5, help="rounds of sampling: after the first, each round draws twice the memes still missing "
                                       "(a sample may be unreadable or repeat one already kept)", range=(1, 10))
     meme_size: int = setting(384, help="a small image is enlarged to this shorter side (pixel-sharp) before the text goes on", range=(64, 1024))
 
@@ -149,12 +151,12 @@ class HumorPipeline(Pipeline):
                 "paths": [dataclasses.asdict(p) for p in cot.paths], "anchor": cot.anchor, "step1": cot.step1, "step2": cot.step2,
                 "raw": text}
 
-    def _write(self, image: np.ndarray, topic: str | None, gen: torch.Generator, callback: Callable | None) -> tuple[list[dict], list[dict]]:
-        """Parsed, distinct samples (at most ``num_memes``) and the rejected ones (text and why)."""
+    def _write(self, image: np.ndarray, topic: str | None, gen: torch.Generator, callback: Callable | None) -> tuple[list[dict], list[dict], int]:
+        """Parsed, distinct samples (at most ``num_memes``), the rejected ones (text and why) and the rounds drawn."""
         from planners.meme_cot import MemeFormatError
 
         c = self.config
-        kept, rejected, seen = [], [], set()
+        kept, rejected, seen, rounds = [], [], set(), 0
         bar = self.progress_bar(total=c.num_memes, desc="write")
         try:
             for round_ in range(c.max_rounds):
@@ -162,6 +164,7 @@ class HumorPipeline(Pipeline):
                 if need <= 0:
                     break
                 draw = need if round_ == 0 else 2 * need  # a re-draw asks for twice what is missing [PROPOSED]
+                rounds += 1
                 texts = self.writer.write(image, topic, c.num_paths, draw, num_boxes=NUM_BOXES, temperature=c.temperature,
                                           top_p=c.top_p, generator=gen)
                 for text in texts:
@@ -181,7 +184,7 @@ class HumorPipeline(Pipeline):
                 self.step_end(callback, round_, {"stage": "write", "kept": len(kept), "rejected": len(rejected)})
         finally:
             bar.close()
-        return kept, rejected
+        return kept, rejected, rounds
 
     def _rank(self, image: np.ndarray, items: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(order best first, each meme's mean pairwise preference, the ranking's scores) over the group."""
@@ -224,7 +227,7 @@ class HumorPipeline(Pipeline):
         topic = check_topic(topic)
         image = read_still(image)
         t_in = time.perf_counter()
-        items, rejected = self._write(image, topic, gen, callback_on_step_end)
+        items, rejected, rounds = self._write(image, topic, gen, callback_on_step_end)
         t_write = time.perf_counter()
         shown = display_image(image, self.config.meme_size)
         if not items:
@@ -235,7 +238,7 @@ class HumorPipeline(Pipeline):
             message = f"{len(items)} meme{'s' if len(items) > 1 else ''} ranked by the reward model"
             if len(items) < self.config.num_memes:
                 message += f" (asked for {self.config.num_memes}: {len(rejected)} samples were unreadable or repeats)"
-        self.step_end(callback_on_step_end, self.config.max_rounds, {"stage": "rank", "memes": len(items)})
+        self.step_end(callback_on_step_end, rounds, {"stage": "rank", "memes": len(items)})
         ranked = [items[i] for i in order]
         memes = [render_meme(shown, it["boxes"]) for it in ranked]
         t_end = time.perf_counter()
