@@ -68,7 +68,8 @@ def reasoning_markdown(out: HumorOutput) -> str:
 
 
 def present(out: HumorOutput, s: dict) -> tuple:
-    shown = [(m, f"#{k + 1}  reward {r:.2f}") for k, (m, r) in enumerate(zip(out.memes, out.rewards))]
+    # the caption is drawn over the thumbnail's corner, so only the rank: the rewards are in the reasoning below
+    shown = [(m, f"#{k + 1}") for k, m in enumerate(out.memes)]
     return shown, reasoning_markdown(out), s
 
 
