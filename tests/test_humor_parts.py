@@ -206,7 +206,7 @@ def test_name_slots_round_trip_through_the_perception_text_and_the_rl_reward():
 
 
 def test_a_slot_writer_fills_its_slots_with_what_it_perceives_and_reloads_as_one(tmp_path, monkeypatch):
-    import planners.meme_lm as meme_lm
+    from planners import meme_lm
     from humor_fakes import scene_and_perception, tiny_writer
     from planners.meme_perception import listed_names
 

@@ -151,7 +151,9 @@ def train_rm(out: str | Path, recipe: RMRecipe = RMRecipe(), resume: bool = True
     torch.manual_seed(recipe.seed)
     model = BuiltinMemeRM()
     vlm, text = load_builtin_vlm(), MiniLM()
-    feats = lambda split, n: Features(load_scenes(split, n), model, vlm, text, recipe.negatives_per_caption, recipe.seed)  # noqa: E731
+    def feats(split: str, n: int) -> Features:
+        return Features(load_scenes(split, n), model, vlm, text, recipe.negatives_per_caption, recipe.seed)
+
     train, val = feats("train", recipe.scenes), feats("val", recipe.val_scenes)
     logger.info("features ready in %.1f min", (time.perf_counter() - t0) / 60)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
@@ -165,7 +167,7 @@ def train_rm(out: str | Path, recipe: RMRecipe = RMRecipe(), resume: bool = True
         step, history = int(state["step"]), json.loads(state["history"])
         logger.info("resumed at step %d", step)
     pairs = [(s, i, j, label) for s, sc in enumerate(train.scenes) for i, j, label in sc.pairs]
-    n_fake = int(round(recipe.batch * recipe.hallucination_share)) if train.negatives else 0
+    n_fake = round(recipe.batch * recipe.hallucination_share) if train.negatives else 0
     t_loop, first = time.perf_counter(), step
     while step < recipe.steps:
         rng = np.random.default_rng([recipe.seed, step])  # the batch is a function of the step: exact resume
