@@ -42,7 +42,8 @@ weights: $(STAMP)
 	$(PY) -m training.renderer --out weights/builtin/renderer
 	$(PY) -m training.planner --out outputs/train/planner_base
 	$(PY) -m training.planner --out outputs/train/planner_fine1 --init outputs/train/planner_base --attribute-loss 1 --full-mask 0.5 --denoising-steps 25 --steps 1500
-	$(PY) -m training.planner --out weights/builtin/planner --init outputs/train/planner_fine1 --attribute-loss 1 --full-mask 0.5 --denoising-steps 25 --steps 1500
+	$(PY) -m training.planner --out outputs/train/planner_fine2 --init outputs/train/planner_fine1 --attribute-loss 1 --full-mask 0.5 --denoising-steps 25 --steps 1500
+	$(PY) -m training.planner --out weights/builtin/planner --init outputs/train/planner_fine2 --attribute-loss 1 --full-mask 0.5 --denoising-steps 25 --steps 1500
 	$(PY) -m training.skeleton_planner --out weights/builtin/skeleton_planner
 	$(PY) -m training.motion_renderer --out weights/builtin/motion_renderer
 	$(PY) -m training.humor_sft --out outputs/train/humor_sft_base
