@@ -276,3 +276,17 @@ def test_cli_train_refuses_bad_out_and_vit_before_training(tmp_path, capsys):
         assert main(["train", *args]) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "new").exists()
+
+
+def test_eval_only_facts_come_from_eval_json_else_the_loops_own_log(tmp_path):
+    import json
+
+    from training.common import earlier_run_facts
+
+    assert earlier_run_facts(tmp_path) == {"steps": None, "train_minutes": None, "sec_per_step": None}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "history.json").write_text(json.dumps({"config": {}, "history": [
+        {"step": 1400, "loss": 1.0, "sec_per_step": 0.7}, {"step": 1500, "eval": {"x": 1}}]}))
+    assert earlier_run_facts(tmp_path) == {"steps": 1500, "train_minutes": None, "sec_per_step": 0.7}
+    (tmp_path / "eval.json").write_text(json.dumps({"steps": 1500, "train_minutes": 17.5, "sec_per_step": 0.69}))
+    assert earlier_run_facts(tmp_path) == {"steps": 1500, "train_minutes": 17.5, "sec_per_step": 0.69}

@@ -269,9 +269,17 @@ def script_recipe(cls: type[R], out: Path, args: argparse.Namespace, tiny: Calla
 
 
 def earlier_run_facts(out: Path) -> dict:
-    """``steps``, ``train_minutes`` and ``sec_per_step`` of the run saved in ``out`` (for ``--eval-only``)."""
+    """``steps``, ``train_minutes`` and ``sec_per_step`` of the run saved in ``out`` (for ``--eval-only``): from its
+    eval.json, else (a run stopped before its final evaluation) the step and rate of the loop's own log,
+    ``run/history.json`` (the minutes are then unknown)."""
     old = json.loads((out / "eval.json").read_text()) if (out / "eval.json").is_file() else {}
-    return {k: old.get(k) for k in ("steps", "train_minutes", "sec_per_step")}
+    facts = {k: old.get(k) for k in ("steps", "train_minutes", "sec_per_step")}
+    log = out / "run" / "history.json"
+    if facts["steps"] is None and log.is_file():
+        history = json.loads(log.read_text()).get("history", [])
+        if history:
+            facts.update(steps=history[-1].get("step"), sec_per_step=sec_per_step(history))
+    return facts
 
 
 def finish_run(trainer: Any, out: Path, total_steps: int, minutes: float, final_eval: Callable[[Any, dict], Any]) -> int:
