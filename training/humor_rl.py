@@ -239,6 +239,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
+    if args.save_steps is not None and args.save_steps < 1:
+        ap.error(f"--save-steps {args.save_steps}: pass a positive number of steps")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     recipe = tiny_recipe() if args.tiny else RLRecipe()
     over = {k: v for k, v in (("steps", args.steps), ("reward", args.reward), ("lr", args.lr), ("format_paths", args.format_paths),

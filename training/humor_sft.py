@@ -124,6 +124,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     recipe = tiny_recipe() if args.tiny else SFTRecipe()
+    for flag, value in (("--steps", args.steps), ("--scenes", args.scenes), ("--lr", args.lr)):
+        if value is not None and not value > 0:
+            ap.error(f"{flag} {value}: pass a positive number")
     over = {k: v for k, v in (("steps", args.steps), ("scenes", args.scenes), ("lr", args.lr), ("name_slots", args.name_slots)) if v is not None}
     recipe = SFTRecipe(**{**asdict(recipe), **over})
     facts = train_sft(args.out, recipe, args.base, resume=not args.no_resume)
