@@ -266,6 +266,10 @@ def test_feature_cache_chunks_filled_by_shards_read_back_as_one_set(text, tmp_pa
     fresh = gelvr_data.SpatialSet("val", 5, model, text)
     assert torch.equal(cached.features, fresh.features) and cached.records == fresh.records
     assert len(gelvr_data.SpatialSet("val", 3, model, text, cache=tmp_path / "val")) == 3  # a prefix of a chunk
+    later = gelvr_data.SpatialSet("val", 3, model, text, cache=tmp_path / "val", start=2)  # items 2..4: RL's unseen prompts
+    assert torch.equal(later.features, fresh.features[2:]) and later.records == fresh.records[2:]
+    with pytest.raises(ValueError, match="start=1"):
+        gelvr_data.SpatialSet("val", 3, model, text, start=1)
 
 
 def test_feature_cache_cli_rejects_a_bad_shard(capsys):
@@ -345,6 +349,17 @@ def test_atelier_train_gelvr_sft_runs_the_shipped_models_recipe():
     assert shipped_recipe(variant="pointwise", steps=10).answer_pointer and shipped_recipe(steps=10).steps == 10
 
 
+def test_atelier_train_gelvr_rl_runs_the_shipped_models_recipe():
+    import json
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from training.gelvr_rl import RLRecipe
+
+    saved = json.loads((Path(__file__).parents[1] / "weights/builtin/latent_reasoner/train_config.json").read_text())
+    assert asdict(RLRecipe()) == saved["recipe"] and saved["stage"] == "rl"
+
+
 def test_the_latent_benchmark_runs_a_saved_model_with_no_diagnostics(tmp_path):
     import json
 
@@ -371,3 +386,23 @@ def test_a_gepo_run_logs_every_step_and_the_benchmark_reads_its_clip_fractions(t
     facts["step_log"] = [{"clipfrac_latent": 0.3}, {"clipfrac_latent": 0.0}, {"clipfrac_latent": 0.0}]
     rows = [{"method": "gepo", "item": 0, "correct": True, "level": 1, "size": "small", "pointing": True}]
     assert summarise(rows, {"gepo": facts})["gepo"]["rl"]["clipfrac_latent_mean"] == 0.1  # every step, not the evaluations'
+
+
+def test_gepo_with_greedy_wrong_only_learns_from_no_prompt_the_greedy_policy_gets_right(tmp_path, monkeypatch):
+    from training import gelvr_rl
+
+    tiny_objects_model(object_reads="symbols", answer_pointer=True).save_pretrained(tmp_path / "sft")
+    recipe = gelvr_rl.RLRecipe(steps=2, prompts=2, candidates=2, group=2, train_items=2, val_items=2, eval_every=2,
+                               band_low=0.0, band_high=1.0, greedy_wrong_only=True)
+    seen = []
+    real = gelvr_rl.greedy_right
+
+    def spy(model, data, idx):
+        got = real(model, data, idx)
+        seen.append(got)
+        return torch.ones_like(got)  # as if the greedy policy were right on every prompt
+
+    monkeypatch.setattr(gelvr_rl, "greedy_right", spy)
+    facts = gelvr_rl.train_rl(tmp_path / "rl", tmp_path / "sft", recipe, cache=tmp_path / "cache")
+    assert len(seen) == 2 and all(s.dtype == torch.bool and s.shape == (2,) for s in seen)
+    assert [s["kept_prompts"] for s in facts["step_log"]] == [0, 0]

@@ -279,10 +279,19 @@ def test_a_resumed_run_keeps_its_saved_recipe(tmp_path):
     assert resumed_recipe(tmp_path, SFTRecipe(steps=50), False) == SFTRecipe(steps=50)
 
 
-@pytest.mark.parametrize("flag", ["--candidates", "--prompts", "--steps"])
+@pytest.mark.parametrize("flag", ["--candidates", "--prompts", "--steps", "--train-items"])
 def test_gelvr_rl_refuses_a_count_below_one_before_any_work(flag, capsys):
     from training.gelvr_rl import main
 
     with pytest.raises(SystemExit) as e:
         main(["--init", "nowhere", flag, "0"])
     assert e.value.code == 2 and f"{flag} 0: pass 1 or more" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["-1000", "500"])
+def test_gelvr_rl_refuses_a_prompt_start_off_the_cache_chunks(value, capsys):
+    from training.gelvr_rl import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--init", "nowhere", "--prompt-start", value])
+    assert e.value.code == 2 and f"--prompt-start {value}: pass 0 or a multiple of 1000" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """GeLVR's data: worldgen ``spatial`` questions with the builtin reasoner's frozen image features, cached, and
 the slot targets of spec B.1 / B.2.
 
-``SpatialSet(split, n)`` generates items ``0..n-1`` of a split (levels 1, 2, 3 in turn), computes each image's
+``SpatialSet(split, n, start=0)`` generates items ``start..start+n-1`` of a split (levels 1, 2, 3 in turn), computes each image's
 frozen multi-scale cell features once and keeps them in memory as float16 (256 x 479 per image, ~245 KB);
 ``cache=PATH`` stores them on disk in chunks of ``CHUNK`` items (safetensors + a JSON of the records), so the
 benchmark's variants and the RL stage read the same arrays and ``python -m training.gelvr_data --shard i/n`` fills
@@ -144,12 +144,14 @@ class SpatialSet:
     """Items of a split with cached frozen features: ``features`` ``(n, N, F)`` float16, ``questions`` (MiniLM token
     states, a list), ``options`` ``(n, O, 384)``, ``items``."""
 
-    def __init__(self, split: str, n: int, model, text, seed: int = 0, cache: str | Path | None = None):
+    def __init__(self, split: str, n: int, model, text, seed: int = 0, cache: str | Path | None = None, start: int = 0):
+        if start % CHUNK:
+            raise ValueError(f"start={start}: a split's items are cached in chunks of {CHUNK}; start at a multiple of it")
         self.split, self.n = split, int(n)
         folder = cache_folder(cache, model) if cache else None
         feats, self.records = [], []
-        for c in range(0, self.n, CHUNK):
-            f, r = cached_chunk(split, seed, c, min(self.n, c + CHUNK), model, folder)
+        for c in range(start, start + self.n, CHUNK):
+            f, r = cached_chunk(split, seed, c, min(start + self.n, c + CHUNK), model, folder)
             feats.append(f)
             self.records += r
         self.features = torch.cat(feats)

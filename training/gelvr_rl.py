@@ -35,7 +35,7 @@ KIND = "builtin-latent-reasoner"  # the tag of config.json and train_config.json
 @dataclass
 class RLRecipe:
     latent_policy: str = "vmf"  # vmf | gaussian | replay (LVR's text-only RL)
-    steps: int = 150
+    steps: int = 30  # the shipped run's: longer runs and kappa 500 measured level on TEST (docs/BENCHMARKS.md)
     prompts: int = 8
     candidates: int = 16
     group: int = 8
@@ -49,9 +49,13 @@ class RLRecipe:
     format_weight: float = 0.1
     band_low: float = 0.1
     band_high: float = 0.9
-    train_items: int = 6000
+    # [PROPOSED] keep only prompts the greedy policy answers wrong (and whose group is in the band): RL spent on the
+    # systematic errors (docs/BENCHMARKS.md: look-alikes outside the relation's band), not on sampling noise
+    greedy_wrong_only: bool = False
+    train_items: int = 6000  # how many TRAIN items the prompts are drawn from ...
+    prompt_start: int = 0  # ... from this one on; 6000: items the shipped SFT run never saw [PROPOSED]
     val_items: int = 300
-    eval_every: int = 25
+    eval_every: int = 10
     seed: int = 0
 
 
@@ -111,6 +115,17 @@ def collect(model, data, prompt_idx: np.ndarray, recipe: RLRecipe, gen: torch.Ge
     return {"idx": idx, "items": items, **rollout_group(model, pre, correct, recipe, gen, model.config.num_slots, model.config.slot_norm)}
 
 
+@torch.no_grad()
+def greedy_right(model, data, prompt_idx: np.ndarray) -> torch.Tensor:
+    """``(P,)`` bool: whether the greedy policy (mean slots, the best option) answers each prompt right."""
+    from planners.latent import rollout
+    from training.gelvr_sft import batch_inputs
+
+    pre, items = batch_inputs(model, data, prompt_idx)
+    logits = rollout(model, pre, model.config.num_slots, slot_norm=model.config.slot_norm).answer_logits
+    return torch.tensor([it.options[int(lg[model.answer_ids(it.options)].argmax())] == it.answer for lg, it in zip(logits, items)])
+
+
 def replayed(model, data, roll: dict, recipe: RLRecipe) -> dict:
     from training.gelvr_sft import batch_inputs
 
@@ -151,7 +166,7 @@ def train_rl(out: str | Path, init: str | Path, recipe: RLRecipe = RLRecipe(), c
     reference = copy.deepcopy(model).eval().requires_grad_(False)
     text = MiniLM()
     cache = Path(cache)
-    train = SpatialSet("train", recipe.train_items, model, text, cache=cache / "train")
+    train = SpatialSet("train", recipe.train_items, model, text, cache=cache / "train", start=recipe.prompt_start)
     val = SpatialSet("val", recipe.val_items, model, text, cache=cache / "val")
     objective = GePOLoss(beta_text=recipe.beta_text, beta_vmf=recipe.beta_vmf, kappa=recipe.kappa, latent_policy=recipe.latent_policy,
                          lambda_geo=0.0 if recipe.latent_policy == "replay" else recipe.lambda_geo)
@@ -177,7 +192,10 @@ def train_rl(out: str | Path, init: str | Path, recipe: RLRecipe = RLRecipe(), c
         roll = collect(model, train, cand, recipe, gen)
         g = recipe.group
         acc = roll["correct"].view(-1, g).mean(-1)
-        keep = accuracy_band(acc, recipe.band_low, recipe.band_high).nonzero().squeeze(-1)[: recipe.prompts]
+        band = accuracy_band(acc, recipe.band_low, recipe.band_high)
+        if recipe.greedy_wrong_only:
+            band &= ~greedy_right(model, train, cand)
+        keep = band.nonzero().squeeze(-1)[: recipe.prompts]
         info = {"step": step + 1, "reward": round(float(roll["reward"].mean()), 4), "accuracy": round(float(roll["correct"].mean()), 4),
                 "started": round(float(roll["started"].float().mean()), 4), "kept_prompts": int(len(keep))}
         if len(keep):
@@ -227,16 +245,22 @@ def main(argv=None) -> int:
     ap.add_argument("--kappa", type=float)
     ap.add_argument("--candidates", type=int, help="prompts drawn per step, of which the accuracy band keeps at most --prompts")
     ap.add_argument("--prompts", type=int, help="prompts kept per step (their groups are the batch)")
+    ap.add_argument("--prompt-start", type=int, help="draw prompts from TRAIN items N.. on (a multiple of 1000; default 0, "
+                    "the SFT run's own items; 6000: items the shipped SFT run never saw)")
+    ap.add_argument("--train-items", type=int, help="how many TRAIN items, from --prompt-start on, prompts are drawn from (default 6000)")
+    ap.add_argument("--greedy-wrong-only", action="store_true", help="learn only from prompts the greedy policy answers wrong [PROPOSED]")
     ap.add_argument("--eval-every", type=int)
     ap.add_argument("--cache", default="outputs/gelvr")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    for name in ("candidates", "prompts", "steps"):
+    for name in ("candidates", "prompts", "steps", "train_items"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            ap.error(f"--{name} {getattr(args, name)}: pass 1 or more")
-    recipe = RLRecipe(latent_policy=args.latent_policy)
-    for name in ("steps", "lr", "kappa", "eval_every", "candidates", "prompts"):
+            ap.error(f"--{name.replace('_', '-')} {getattr(args, name)}: pass 1 or more")
+    if args.prompt_start is not None and (args.prompt_start < 0 or args.prompt_start % 1000):
+        ap.error(f"--prompt-start {args.prompt_start}: pass 0 or a multiple of 1000 (the feature cache's chunk)")
+    recipe = RLRecipe(latent_policy=args.latent_policy, greedy_wrong_only=args.greedy_wrong_only)
+    for name in ("steps", "lr", "kappa", "eval_every", "candidates", "prompts", "prompt_start", "train_items"):
         if getattr(args, name) is not None:
             setattr(recipe, name, getattr(args, name))
     facts = train_rl(args.out, args.init, recipe, args.cache, resume=not args.no_resume)
