@@ -50,7 +50,7 @@ weights: $(STAMP)
 	$(PY) -m training.humor_sft --base outputs/train/humor_sft_base --steps 300 --lr 5e-4 --name-slots --out weights/builtin/meme_writer_sft
 	$(PY) -m training.humor_rm --out weights/builtin/meme_rm
 	$(PY) -m training.humor_rl --sft weights/builtin/meme_writer_sft --reward-model weights/builtin/meme_rm --out weights/builtin/meme_writer
-	$(PY) -m training.gelvr_sft --variant full --image-tokens objects --lambda-pointer 1.0 --object-reads symbols --image-positions shared --answer-pointer --steps 1500 --eval-every 250 --out weights/builtin/latent_reasoner_sft
+	$(PY) -m training.gelvr_sft --variant full --image-tokens objects --lambda-pointer 1.0 --object-reads symbols --image-positions shared --answer-pointer --steps 750 --eval-every 250 --out weights/builtin/latent_reasoner_sft
 	$(PY) -m training.gelvr_rl --init weights/builtin/latent_reasoner_sft --out weights/builtin/latent_reasoner
 
 clean:

@@ -106,7 +106,7 @@ class SFTRecipe:
 def shipped_recipe(**changes) -> SFTRecipe:
     """The recipe of ``weights/builtin/latent_reasoner_sft`` (its card), with ``changes``: what ``atelier train
     gelvr-sft`` runs. ``SFTRecipe()`` itself keeps the spec's loss on the cell grid."""
-    shipped = SFTRecipe(steps=1500, eval_every=250, image_tokens="objects", lambda_pointer=1.0, object_reads="symbols",
+    shipped = SFTRecipe(steps=750, eval_every=250, image_tokens="objects", lambda_pointer=1.0, object_reads="symbols",
                         image_positions="shared", answer_pointer=True)
     return replace(shipped, **changes)
 
