@@ -42,8 +42,11 @@ def zoom(image: np.ndarray, region) -> np.ndarray:
 
 
 def _pad(tile: np.ndarray, h: int, w: int) -> np.ndarray:
-    out = np.full((h, w, 3), 255, np.uint8)
-    out[: tile.shape[0], : tile.shape[1]] = tile[:h, :w]
+    """``tile`` centred on a dark ``h x w`` panel (a wide or tall zoom keeps its aspect)."""
+    out = np.full((h, w, 3), 24, np.uint8)
+    th, tw = min(h, tile.shape[0]), min(w, tile.shape[1])
+    y, x = (h - th) // 2, (w - tw) // 2
+    out[y : y + th, x : x + tw] = tile[:th, :tw]
     return out
 
 
