@@ -1,9 +1,9 @@
 """GeLVR's data: worldgen ``spatial`` questions with the builtin reasoner's frozen image features, cached, and
 the slot targets of spec B.1 / B.2.
 
-``SpatialSet(split, n, start=0)`` generates items ``start..start+n-1`` of a split (levels 1, 2, 3 in turn), computes each image's
-frozen multi-scale cell features once and keeps them in memory as float16 (256 x 479 per image, ~245 KB);
-``cache=PATH`` stores them on disk in chunks of ``CHUNK`` items (safetensors + a JSON of the records), so the
+``SpatialSet(split, n, start=0)`` generates items ``start..start+n-1`` of a split (levels 1, 2, 3 in turn),
+computes each image's frozen multi-scale cell features once and keeps them in memory as float16 (256 x 479 per
+image, ~245 KB); ``cache=PATH`` stores them on disk in chunks of ``CHUNK`` items (safetensors + a JSON of the records), so the
 benchmark's variants and the RL stage read the same arrays and ``python -m training.gelvr_data --shard i/n`` fills
 one cache from several processes.
 
