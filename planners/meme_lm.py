@@ -186,9 +186,6 @@ class BuiltinMemeWriter:
 
         return perceive(self.vlm, _check_image(image)).text
 
-    def prompt(self, image: np.ndarray, topic: str | None = None, num_paths: int = 3, num_boxes: int = 2) -> str:
-        return lm_prompt(self.perceive(image), check_topic(topic), _check_paths(num_paths), num_boxes)
-
     def write(self, image: np.ndarray, topic: str | None = None, num_paths: int = 3, n: int = 4, *, num_boxes: int = 2,
               temperature: float = 1.0, top_p: float = 1.0, generator: Any = None, do_sample: bool = True) -> list[str]:
         from planners.meme_perception import fill_name_slots, listed_names
