@@ -119,11 +119,11 @@ def collect(model, data, prompt_idx: np.ndarray, recipe: RLRecipe, gen: torch.Ge
 def greedy_right(model, data, prompt_idx: np.ndarray) -> torch.Tensor:
     """``(P,)`` bool: whether the greedy policy (mean slots, the best option) answers each prompt right."""
     from planners.latent import rollout
-    from training.gelvr_sft import batch_inputs
+    from training.gelvr_sft import answered_right, batch_inputs
 
     pre, items = batch_inputs(model, data, prompt_idx)
     logits = rollout(model, pre, model.config.num_slots, slot_norm=model.config.slot_norm).answer_logits
-    return torch.tensor([it.options[int(lg[model.answer_ids(it.options)].argmax())] == it.answer for lg, it in zip(logits, items)])
+    return torch.tensor(answered_right(model, logits, items))
 
 
 def replayed(model, data, roll: dict, recipe: RLRecipe) -> dict:

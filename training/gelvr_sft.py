@@ -210,12 +210,15 @@ def item_rows(model, data, num_slots: int, batch: int = 50, limit: int | None = 
             amap = slot_attention(r.slot_inputs, pre["image"], mask=pre.get("image_mask")).mean(1)  # (B, N)
             boxes = batch_layout(model, data, idx)[1]
             point = [boxes_overlap(b[int(a.argmax())], it.box) for a, b, it in zip(amap, boxes, items)]
-        for i, lg, it, pt in zip(idx, logits, items, point):
-            ids = model.answer_ids(it.options)
-            rows.append({"item": int(i), "correct": it.options[int(lg[ids].argmax())] == it.answer, "level": it.level,
-                         "size": it.target_size, "pointing": pt})
+        for i, ok, it, pt in zip(idx, answered_right(model, logits, items), items, point):
+            rows.append({"item": int(i), "correct": ok, "level": it.level, "size": it.target_size, "pointing": pt})
     model.train(was_training)
     return rows
+
+
+def answered_right(model, answer_logits: torch.Tensor, items: list) -> list[bool]:
+    """Per item, whether the best-scoring of its options (``answer_logits`` over the model's words) is the answer."""
+    return [it.options[int(lg[model.answer_ids(it.options)].argmax())] == it.answer for lg, it in zip(answer_logits, items)]
 
 
 @torch.no_grad()
