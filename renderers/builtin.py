@@ -104,6 +104,11 @@ class BuiltinRendererConfig:
     pose_channels: int = 0  # channels of a spatially aligned per-frame pose map (core.skeleton.pose_maps: 20)
     query_dim: int = 0  # width of MetaQuery states read by cross-attention beside the text
     source_residual: bool = False  # [PROPOSED] x0 = source frame + the network's output, where a source clip is in the row
+    # [PROPOSED] hidden width of the plan draft (0 = off): an MLP decodes each plan token into its pixel patch, trained
+    # by its own reconstruction loss (``draft_weight``); the draft, interpolated in time, enters every target token it
+    # covers as a pixel-aligned input (see ``BuiltinRenderer.plan_draft``)
+    plan_draft: int = 0
+    draft_weight: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("image_size", "num_frames", "patch", "width", "depth", "heads", "mlp_ratio", "text_dim",
@@ -125,6 +130,13 @@ class BuiltinRendererConfig:
                 raise InputError(name, v, "use 0 (off) or a positive integer")
         if self.source_residual and self.prediction != "x":
             raise InputError("source_residual", True, "needs prediction='x' (the residual is on the clean frame)")
+        if not isinstance(self.plan_draft, int) or isinstance(self.plan_draft, bool) or self.plan_draft < 0:
+            raise InputError("plan_draft", self.plan_draft, "use 0 (off) or the draft MLP's hidden width, e.g. 256")
+        if self.plan_draft and self.patch != self.plan_patch:
+            raise InputError("plan_draft", self.plan_draft, f"needs patch == plan_patch (a plan token drafts one target patch); "
+                                                            f"got {self.patch} and {self.plan_patch}")
+        if not (isinstance(self.draft_weight, numbers.Real) and math.isfinite(self.draft_weight) and self.draft_weight >= 0):
+            raise InputError("draft_weight", self.draft_weight, "use a finite weight >= 0")
 
     @property
     def head_dim(self) -> int:
@@ -447,6 +459,10 @@ class BuiltinRenderer(nn.Module):
             self.null_pose = nn.Parameter(torch.zeros(d))
         if c.query_dim:  # MetaQuery states join the cross-attention context (spec b.1's connector output)
             self.query_embed = nn.Sequential(nn.LayerNorm(c.query_dim), nn.Linear(c.query_dim, d), nn.GELU(), nn.Linear(d, d))
+        if c.plan_draft:  # the plan draft [PROPOSED]: its MLP, and its pixels' way into the target tokens (zero at start)
+            self.draft = nn.Sequential(nn.LayerNorm(c.plan_dim), nn.Linear(c.plan_dim, c.plan_draft), nn.GELU(),
+                                       nn.Linear(c.plan_draft, c.plan_draft), nn.GELU(), nn.Linear(c.plan_draft, c.patch_values))
+            self.draft_embed = nn.Linear(c.patch_values, d)
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.depth))
         self.norm_out = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
         self.out_table = nn.Parameter(torch.zeros(2, d))
@@ -468,6 +484,9 @@ class BuiltinRenderer(nn.Module):
         for blk in self.blocks:
             nn.init.zeros_(blk.cross.out.weight)
             nn.init.zeros_(blk.cross.out.bias)
+        if self.config.plan_draft:  # zero-initialised: attaching the draft to trained weights leaves the output unchanged
+            nn.init.zeros_(self.draft_embed.weight)
+            nn.init.zeros_(self.draft_embed.bias)
         if self.config.pose_channels:  # zero-initialised: attaching the guider leaves the output unchanged
             nn.init.zeros_(self.pose_embed[2].weight)
             nn.init.zeros_(self.pose_embed[2].bias)
@@ -508,6 +527,23 @@ class BuiltinRenderer(nn.Module):
         lo, hi, a = (t.to(plan.device) for t in _time_weights(frames, tp))
         a = a[None, :, None, None]
         return (1 - a) * self.plan_early(p)[:, lo] + a * self.plan_late(p)[:, hi]
+
+    def plan_draft(self, plan: torch.Tensor) -> torch.Tensor:
+        """The draft's pixels of each plan token: ``(B, T', h', w', plan_dim)`` -> ``(B, T', h'*w', P)`` in [-1, 1]-scale.
+
+        Why [PROPOSED, measured]: a linear read-out of a builtin-ViT token gives its 8x8 patch at 21.4 dB PSNR, yet
+        the DiT, trained by flow matching alone, predicted a grey clip at sigma 1 whatever the plan's background
+        (docs/BENCHMARKS.md): it had not learnt to read the tokens' appearance. The draft learns that read-out by
+        direct regression, and the DiT refines pixels it is handed instead of inventing them."""
+        b, tp, ph, pw, _ = plan.shape
+        return self.draft(plan.float()).reshape(b, tp, ph * pw, -1)
+
+    def _draft_features(self, plan: torch.Tensor, frames: int) -> torch.Tensor:
+        """The draft interpolated in time to every target frame (as the plan features are), embedded: ``(B, F, N, width)``."""
+        draft = self.plan_draft(plan).detach()  # the draft learns from its own loss only
+        lo, hi, a = (t.to(plan.device) for t in _time_weights(frames, plan.shape[1]))
+        a = a[None, :, None, None]
+        return self.draft_embed((1 - a) * draft[:, lo] + a * draft[:, hi])
 
     def _text_states(self, cond: Conditions, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         null = self.null_text[None].expand(b, 1, -1)
@@ -551,6 +587,8 @@ class BuiltinRenderer(nn.Module):
             pf = self._plan_features(cond.plan.to(x_t.device), frames, gh, gw)
             keep = (cond.plan_mask if cond.plan_mask is not None else torch.ones(b, dtype=torch.bool)).to(x_t.device)
             target = target + torch.where(keep[:, None, None, None], pf, self.null_plan)
+            if c.plan_draft:
+                target = target + keep[:, None, None, None] * self._draft_features(cond.plan.to(x_t.device), frames)
         else:
             target = target + self.null_plan
         if c.pose_channels:
@@ -626,7 +664,16 @@ class BuiltinRenderer(nn.Module):
         with torch.no_grad():
             x0_hat = out[:, n_ctx:] if c.prediction == "x" else x_t.flatten(1, 2) - sigma[:, None, None] * out[:, n_ctx:]
             x_mse = F.mse_loss(x0_hat, x0.flatten(1, 2))
-        return loss, {"x0_mse": x_mse, "sigma": sigma.mean()}
+        logs = {"x0_mse": x_mse, "sigma": sigma.mean()}
+        if c.plan_draft and cond.plan is not None and c.draft_weight > 0:
+            keep = (cond.plan_mask if cond.plan_mask is not None else torch.ones(b, dtype=torch.bool)).to(self.device)
+            if bool(keep.any()):
+                idx = plan_frame_indices(frames, cond.plan.shape[1])
+                err = ((self.plan_draft(cond.plan.to(self.device)) - x0[:, idx]) ** 2).mean((1, 2, 3))
+                draft_mse = err[keep].mean()
+                loss = loss + c.draft_weight * draft_mse
+                logs["draft_mse"] = draft_mse.detach()
+        return loss, logs
 
     def _context_tokens(self, cond: Conditions, b: int) -> torch.Tensor:
         parts = []

@@ -53,3 +53,37 @@ def test_planner_attribute_loss_flag_trains_the_read_out_and_guards_resume(tmp_p
     assert json.loads((full / "train_config.json").read_text())["planner"]["denoising_steps"] == 4
     with pytest.raises(InputError, match="--denoising-steps"):
         main(["--tiny", "--out", str(full), "--eval-only", "--denoising-steps", "0"])
+
+
+def test_renderer_fine_tune_flags_start_from_saved_weights_and_set_the_noise_levels(tmp_path):
+    from renderers.builtin import BuiltinRenderer
+    from training.renderer import main
+
+    base = tmp_path / "base"
+    assert main(["--tiny", "--out", str(base), "--stop-at", "1"]) == 0
+    fine = tmp_path / "fine"
+    assert main(["--tiny", "--out", str(fine), "--init", str(base), "--lr", "3e-4", "--sigma-logit-mean", "0",
+                 "--sigma-logit-std", "1.2", "--stop-at", "1"]) == 0
+    recipe = json.loads((fine / "train_config.json").read_text())
+    assert recipe["init"] == str(base) and recipe["train"]["lr"] == 3e-4
+    assert (recipe["renderer"]["sigma_logit_mean"], recipe["renderer"]["sigma_logit_std"]) == (0.0, 1.2)
+    assert BuiltinRenderer.from_pretrained(fine).config.sigma_logit_std == 1.2
+    with pytest.raises(InputError, match="--init"):
+        main(["--tiny", "--out", str(tmp_path / "bad"), "--init", str(tmp_path / "nothing")])
+    with pytest.raises(InputError, match="--sigma-logit-std"):
+        main(["--tiny", "--out", str(tmp_path / "bad"), "--sigma-logit-std", "0"])
+    with pytest.raises(InputError, match="--lr"):
+        main(["--tiny", "--out", str(tmp_path / "bad"), "--lr", "-1"])
+
+
+def test_planner_mrope_layout_flag_is_saved_and_guards_resume(tmp_path):
+    from planners.semantic import SemanticPlanner
+    from training.planner import main
+
+    out = tmp_path / "irope"
+    assert main(["--tiny", "--out", str(out), "--mrope-layout", "interleaved", "--stop-at", "1"]) == 0
+    assert json.loads((out / "train_config.json").read_text())["backbone"]["mrope_layout"] == "interleaved"
+    with pytest.raises(InputError, match="--mrope-layout"):  # the checkpoint's positions were learnt that way
+        main(["--tiny", "--out", str(out), "--mrope-layout", "sections"])
+    assert main(["--tiny", "--out", str(out)]) == 0  # resumes with its saved layout
+    assert SemanticPlanner.from_pretrained(out).backbone.config.mrope_layout == "interleaved"

@@ -117,6 +117,38 @@ def test_loss_ignores_source_positions_but_sources_are_attended():
     assert model.patch_embed.weight.grad is not None and model.null_text.grad is not None
 
 
+def test_plan_draft_starts_silent_learns_the_tokens_pixels_and_reaches_the_target():
+    base = tiny()
+    drafted = BuiltinRenderer(BuiltinRendererConfig(**{**TINY.__dict__, "plan_draft": 16})).eval()
+    missing, unexpected = drafted.load_state_dict(base.state_dict(), strict=False)
+    assert not unexpected and sorted({k.split(".")[0] for k in missing}) == ["draft", "draft_embed"]
+    plan, text, _, _ = inputs()
+    x_t = torch.randn(1, 16, 64, 192, generator=torch.Generator().manual_seed(0))
+    cond = Conditions(plan=plan[None], text=text[None])
+    with torch.no_grad():  # zero-initialised: attaching a draft to trained weights changes nothing
+        assert torch.allclose(base(x_t, 0.5, cond), drafted(x_t, 0.5, cond))
+    target = frames_to_tensor(inputs(1)[2])[None]
+    opt = torch.optim.Adam(drafted.draft.parameters(), lr=1e-2)
+    first = None
+    for step in range(30):  # the draft's own loss term teaches it the target's pixels at the plan frames
+        loss, logs = drafted.loss(target, cond, torch.Generator().manual_seed(step))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        first = float(logs["draft_mse"]) if first is None else first
+    assert float(logs["draft_mse"]) < 0.8 * first
+    with torch.no_grad():
+        drafted.draft_embed.weight.normal_(0, 0.2)
+        other = Conditions(plan=plan[None], text=text[None], plan_mask=torch.tensor([False]))
+        assert not torch.allclose(drafted(x_t, 0.5, cond), base(x_t, 0.5, cond))  # the draft reaches the target tokens
+        # a dropped plan takes its draft with it: the row reads as in the model without one
+        assert torch.allclose(drafted(x_t, 0.5, other), base(x_t, 0.5, other))
+    with pytest.raises(InputError, match="plan_draft"):
+        BuiltinRendererConfig(plan_draft=-1)
+    with pytest.raises(InputError, match="plan_draft"):
+        BuiltinRendererConfig(patch=4, plan_draft=8)
+
+
 def test_references_keep_their_segment_ids_through_a_reordering():
     model = tiny()
     _, _, _, refs = inputs()

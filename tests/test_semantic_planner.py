@@ -113,6 +113,43 @@ def test_sequence_positions_follow_mrope_rule():
     assert out["token_type"].tolist() == [T] * 3 + [O] * 12 + [T]
 
 
+def test_interleaved_mrope_deals_fast_frequencies_to_every_axis():
+    from planners.semantic.backbones import TinyPlannerBackbone, mrope_axes, mrope_tables
+
+    assert mrope_axes((8, 12, 12)).tolist() == [0] * 8 + [1] * 12 + [2] * 12  # Qwen2.5-VL: contiguous runs
+    axes = mrope_axes((12, 10, 10), "interleaved")  # Qwen3-VL: t, h, w, t, h, w, ..., the tail to time
+    assert axes[:6].tolist() == [0, 1, 2, 0, 1, 2] and axes[-2:].tolist() == [0, 0]
+    assert [int((axes == a).sum()) for a in range(3)] == [12, 10, 10]
+    assert TinyBackboneConfig(hidden_size=128, num_heads=2, mrope_layout="interleaved").mrope_section == (12, 10, 10)
+    assert TinyBackboneConfig(hidden_size=128, num_heads=2).mrope_section == (8, 12, 12)  # the shipped weights' layout
+
+    def fastest_turn(layout: str, axis: int) -> float:
+        """The largest angle (rad) any rotary frequency turns between grid positions 0 and 1 along ``axis``."""
+        c = TinyBackboneConfig(hidden_size=128, num_heads=2, mrope_layout=layout)
+        pos = torch.full((3, 1, 2), 50)
+        pos[axis, 0, 1] += 1
+        cos, sin = mrope_tables(pos, 64, c.rope_theta, c.mrope_section, c.mrope_layout)
+        turn = torch.atan2(sin[0, 0, 1] * cos[0, 0, 0] - cos[0, 0, 1] * sin[0, 0, 0],
+                           cos[0, 0, 1] * cos[0, 0, 0] + sin[0, 0, 1] * sin[0, 0, 0])
+        return float(turn.abs().max())
+
+    # contiguous runs: width's fastest frequency turns 0.003 rad a step, height's 0.1: neighbours look alike
+    assert [round(fastest_turn("sections", a), 4) for a in range(3)] == [1.0, 0.1, 0.0032]
+    assert [round(fastest_turn("interleaved", a), 2) for a in range(3)] == [1.0, 0.75, 0.56]
+    # text carries one position on all axes, so both layouts encode a text-only sequence identically
+    text_pos = torch.arange(6).expand(3, 1, 6)
+    a = mrope_tables(text_pos, 64, 1e4, (8, 12, 12), "sections")
+    b = mrope_tables(text_pos, 64, 1e4, (12, 10, 10), "interleaved")
+    assert torch.allclose(a[0], b[0]) and torch.allclose(a[1], b[1])
+    with pytest.raises(InputError, match="mrope_layout"):
+        TinyBackboneConfig(mrope_layout="spiral")
+    with pytest.raises(InputError, match="mrope_section"):
+        TinyBackboneConfig(hidden_size=128, num_heads=2, mrope_layout="interleaved", mrope_section=(8, 12, 12))
+    # a backbone saved before the field existed loads with the layout it was trained with
+    bb = TinyPlannerBackbone(TinyBackboneConfig(hidden_size=32, num_layers=2, num_heads=2))
+    assert bb.config.mrope_layout == "sections"
+
+
 def test_planner_sequence_layout():
     planner = tiny_planner()
     req = PlanRequest(prompt="a red square", sources=[source()], task="v2v")

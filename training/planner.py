@@ -369,6 +369,9 @@ def parse_args(argv=None):
                          "an inference setting, so a resumed run or --eval-only may change it)")
     ap.add_argument("--full-mask", type=float, metavar="P",
                     help="share of training examples with every target token masked (0 = the spec's ratio range) [PROPOSED]")
+    ap.add_argument("--mrope-layout", choices=("sections", "interleaved"),
+                    help="which rotary frequencies each grid axis gets in the builtin backbone: sections (Qwen2.5-VL; "
+                         "width barely rotates at this size) or interleaved (Qwen3-VL) [PROPOSED]")
     ap.add_argument("--attribute-loss", type=float, metavar="W",
                     help="weight of the attribute supervision of the head conditions (0 = off, the spec's loss) [PROPOSED]")
     args = ap.parse_args(argv)
@@ -395,8 +398,9 @@ def head_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resumi
 
 
 def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resuming: bool) -> PlannerRecipe:
-    """``recipe`` with ``--local-context``, ``--attribute-loss``, ``--full-mask``, ``--denoising-steps`` and ``--init``
-    applied; a resumed run cannot change the model's shape (the local context, the attribute read-out)."""
+    """``recipe`` with ``--local-context``, ``--attribute-loss``, ``--full-mask``, ``--denoising-steps``, ``--mrope-layout``
+    and ``--init`` applied; a resumed run cannot change the model's shape (the local context, the attribute read-out)
+    or its positions (the rotary layout)."""
     local = recipe.planner.local_context if args.local_context is None else args.local_context
     if resuming and saved is not None and local != saved.planner.local_context:
         raise InputError("--local-context", local, f"{args.out} holds a checkpoint with local_context "
@@ -406,6 +410,7 @@ def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resu
     if weight is not None and not (np.isfinite(weight) and weight >= 0):
         raise InputError("--attribute-loss", weight, "use a weight >= 0 (0 = off)")
     keep = saved.planner if resuming and saved is not None else recipe.planner  # --tiny rebuilds its recipe each run
+    keep_bb = saved.backbone if resuming and saved is not None else recipe.backbone
     classes, weight = ((keep.attribute_classes, keep.attribute_weight) if weight is None
                        else ((attribute_groups() if weight > 0 else ()), weight if weight > 0 else 1.0))
     if resuming and saved is not None and tuple(classes) != tuple(saved.planner.attribute_classes):
@@ -422,9 +427,14 @@ def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resu
     if steps is not None and steps < 1:
         raise InputError("--denoising-steps", steps, "use a positive number of Euler steps (e.g. 25)")
     steps = keep.denoising_steps if steps is None else steps
+    layout = getattr(args, "mrope_layout", None) or keep_bb.mrope_layout
+    if resuming and saved is not None and layout != saved.backbone.mrope_layout:
+        raise InputError("--mrope-layout", layout, f"{args.out} holds a checkpoint trained with {saved.backbone.mrope_layout!r}; "
+                                                   "resume without the flag, or pass --no-resume / a new --out")
+    backbone = recipe.backbone if layout == recipe.backbone.mrope_layout else replace(recipe.backbone, mrope_layout=layout, mrope_section=None)
     return replace(recipe, planner=replace(recipe.planner, local_context=local, attribute_classes=tuple(classes),
                                            attribute_weight=weight, full_mask_prob=full, denoising_steps=steps),
-                   init=recipe.init if args.init is None else args.init)
+                   backbone=backbone, init=recipe.init if args.init is None else args.init)
 
 
 def init_weights(model: SemanticPlanner, directory: str) -> None:

@@ -15,6 +15,12 @@ evaluation also renders without the plan (the text-only renderer), and measures 
 the edited object against the source.
 
     python -m training.renderer --out DIR [--steps N] [--stop-at STEP] [--tiny] [--no-resume] [--eval-only]
+                                [--init DIR] [--lr LR] [--sigma-logit-mean M] [--sigma-logit-std S] [--plan-draft H]
+
+``--sigma-logit-mean`` / ``--sigma-logit-std`` set the training noise levels (sigma = 1 - sigmoid(N(M, S)),
+``flow.sample_sigmas``). JiT's -0.8 / 0.8, the shipped run's until 2026-12-05, draws sigma < 0.2 for 0.3% of
+examples, and that renderer, never trained there, made a noised clip worse at sigma 0.05-0.1 than at 0.2-0.3
+(docs/BENCHMARKS.md): the last sampling steps, where edges are drawn, blurred them.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import json
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +54,7 @@ from training.bernini_data import (
     edit_region,
     load_pools,
 )
-from training.common import check_run_dir, design_notes, earlier_run_facts, finish_run, parse_script, script_recipe
+from training.common import TRAIN_CONFIG, check_run_dir, design_notes, earlier_run_facts, finish_run, script_recipe, training_parser
 from training.loop import TrainConfig, Trainer
 
 logger = logging.getLogger(__name__)
@@ -83,6 +89,7 @@ class RendererRecipe:
     seed: int = 0
     workers: int = 1  # processes generating the pools
     cache: str = str(DEFAULT_CACHE)
+    init: str | None = None  # start from this saved renderer's weights (a fine-tune; the sizes must match)
 
     def resolved(self) -> RendererRecipe:
         if len(self.mix) != len(TASKS) or any(m < 0 for m in self.mix) or not sum(self.mix) > 0:
@@ -291,10 +298,58 @@ def final_eval(out: Path, recipe: RendererRecipe, model: BuiltinRenderer, texts:
     return ev
 
 
+def _options(recipe: RendererRecipe, args) -> RendererRecipe:
+    """``recipe`` with ``--init``, ``--lr`` and the noise-level flags applied (checked before anything runs)."""
+    if args.init is not None and not (Path(args.init) / "config.json").is_file():
+        raise InputError("--init", args.init, "pass a folder holding a saved renderer (config.json + model.safetensors)")
+    if args.lr is not None and not (np.isfinite(args.lr) and args.lr > 0):
+        raise InputError("--lr", args.lr, "use a positive learning rate, e.g. 2e-4")
+    if args.sigma_logit_std is not None and not (np.isfinite(args.sigma_logit_std) and args.sigma_logit_std > 0):
+        raise InputError("--sigma-logit-std", args.sigma_logit_std, "use a positive spread, e.g. 1.0")
+    if args.sigma_logit_mean is not None and not np.isfinite(args.sigma_logit_mean):
+        raise InputError("--sigma-logit-mean", args.sigma_logit_mean, "use a finite number, e.g. 0.0")
+    if args.plan_draft is not None and args.plan_draft < 0:
+        raise InputError("--plan-draft", args.plan_draft, "use 0 (off) or the draft MLP's hidden width, e.g. 256")
+    r = recipe.renderer
+    renderer = replace(r, sigma_logit_mean=r.sigma_logit_mean if args.sigma_logit_mean is None else args.sigma_logit_mean,
+                       sigma_logit_std=r.sigma_logit_std if args.sigma_logit_std is None else args.sigma_logit_std,
+                       plan_draft=r.plan_draft if args.plan_draft is None else args.plan_draft)
+    train = recipe.train if args.lr is None else replace(recipe.train, lr=args.lr)
+    return replace(recipe, renderer=renderer, train=train, init=recipe.init if args.init is None else args.init)
+
+
+def init_weights(model: BuiltinRenderer, directory: str) -> None:
+    """Copy a saved renderer's weights into ``model``: every tensor must match, and only the plan draft (which a
+    renderer saved without it lacks) may start fresh; an ``InputError`` otherwise."""
+    src = BuiltinRenderer.from_pretrained(directory)
+    try:
+        missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
+    except RuntimeError as e:  # another width, depth or patch
+        raise InputError("--init", directory, f"its weights do not fit this recipe's renderer ({str(e).splitlines()[-1].strip()})") from None
+    fresh = [k for k in missing if not k.startswith(("draft.", "draft_embed."))]
+    if fresh or unexpected:
+        raise InputError("--init", directory, f"its weights do not fit this recipe's renderer (missing {fresh}, unexpected {unexpected})")
+    logger.info("initialised from %s (fresh: %s)", directory, sorted({k.split(".")[0] for k in missing}) or "none")
+
+
 def main(argv=None) -> int:
-    args = parse_script("python -m training.renderer", "Train the builtin Bernini renderer on worldgen with GT plans.", "outputs/train/renderer", argv)
+    ap = training_parser("python -m training.renderer", "Train the builtin Bernini renderer on worldgen with GT plans.", "outputs/train/renderer")
+    ap.add_argument("--stop-at", type=int, help="stop at this step (checkpointed; resume later with the same --steps)")
+    ap.add_argument("--init", metavar="DIR", help="start from the weights of the renderer saved in DIR (a fine-tune)")
+    ap.add_argument("--lr", type=float, help="peak learning rate (default 5e-4)")
+    ap.add_argument("--sigma-logit-mean", type=float, metavar="M", help="training noise levels: sigma = 1 - sigmoid(N(M, S)) (default -0.8)")
+    ap.add_argument("--sigma-logit-std", type=float, metavar="S", help="(default 0.8; see the module docstring)")
+    ap.add_argument("--plan-draft", type=int, metavar="H", help="hidden width of the plan draft, an MLP from each plan token to its "
+                    "pixels that the DiT reads as an input (0 = off, the default) [PROPOSED]")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     out = check_run_dir(args.out, KIND, "renderer")
     recipe = script_recipe(RendererRecipe, out, args, tiny_recipe, KIND, "python -m training.renderer")
+    with_options = _options(recipe, args)
+    if with_options != recipe:  # script_recipe saved the recipe before these flags: save it again
+        recipe = with_options
+        write_json_atomic(out / TRAIN_CONFIG, {"model": KIND, "recipe": RendererRecipe.__name__,
+                                               "provenance": "python -m training.renderer", **asdict(recipe)})
     texts = TextStates()
     if args.eval_only:
         final_eval(out, recipe, BuiltinRenderer.from_pretrained(out), texts, earlier_run_facts(out))
@@ -307,6 +362,8 @@ def main(argv=None) -> int:
     texts.add([t for p in (*pools.values(), *val.values()) for t in p.text])
     torch.manual_seed(recipe.train.seed)  # the initial weights depend on the recipe alone
     model = BuiltinRenderer(recipe.renderer)
+    if recipe.init and not (out / "run" / "checkpoint" / "state.pt").is_file():
+        init_weights(model, recipe.init)
     steps = recipe.eval_steps or recipe.renderer.steps
 
     def periodic(m):

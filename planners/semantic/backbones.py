@@ -80,9 +80,19 @@ class ByteTokenizer:
 class TinyBackboneConfig:
     """The builtin planner backbone: a pre-norm decoder (RMSNorm, SDPA attention, SiLU MLP, 3-axis M-RoPE).
 
-    [PROPOSED] sizes for a CPU-trainable model on worldgen plans; ``mrope_section`` splits the head's
-    ``head_dim / 2`` rotary frequencies over (time, height, width) like Qwen2.5-VL (16/24/24 of 64); None
-    gives that 1:1.5:1.5 split for any head size.
+    [PROPOSED] sizes for a CPU-trainable model on worldgen plans; ``mrope_section`` counts the head's
+    ``head_dim / 2`` rotary frequencies given to (time, height, width).
+
+    ``mrope_layout`` says which frequencies each axis gets:
+
+    - ``"sections"``: contiguous runs of one ladder, as Qwen2.5-VL (time the fastest, width the slowest; None
+      gives the 1:1.5:1.5 split of its 16/24/24 of 64). At this head size width's fastest frequency turns
+      0.003 rad per grid step and height's 0.1, so neighbouring tokens look alike to attention: measured, the
+      planner trained so could not tell where an object is from the tokens around it (docs/BENCHMARKS.md);
+    - ``"interleaved"``: Qwen3-VL's fix, frequencies dealt out t, h, w, t, h, w, ... so every axis gets fast
+      and slow ones (None gives its 24/20/20-of-64 proportions: the last ``half - 3 * hw`` go to time).
+
+    Text tokens carry one position on all three axes, so the layout changes only the vision tokens' encoding.
     """
 
     hidden_size: int = 128
@@ -91,6 +101,7 @@ class TinyBackboneConfig:
     mlp_ratio: int = 4
     rope_theta: float = 10000.0
     mrope_section: tuple[int, int, int] | None = None
+    mrope_layout: str = "sections"  # "sections" (Qwen2.5-VL, the weights shipped until 2026-12-05) or "interleaved"
     vocab_size: int = 260
 
     def __post_init__(self):
@@ -102,13 +113,18 @@ class TinyBackboneConfig:
             raise InputError("num_layers", self.num_layers, "use at least 2 layers (the planner reads hidden_states[-2])")
         if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 2:
             raise InputError("num_heads", self.num_heads, f"must divide hidden_size {self.hidden_size} into even head sizes")
+        if self.mrope_layout not in ("sections", "interleaved"):
+            raise InputError("mrope_layout", self.mrope_layout, "use 'sections' (Qwen2.5-VL) or 'interleaved' (Qwen3-VL)")
         half = self.hidden_size // self.num_heads // 2
         if self.mrope_section is None:
-            hw = (3 * half) // 8
+            hw = (3 * half) // 8 if self.mrope_layout == "sections" else (5 * half) // 16
             self.mrope_section = (half - 2 * hw, hw, hw)
         self.mrope_section = tuple(int(s) for s in self.mrope_section)
         if len(self.mrope_section) != 3 or sum(self.mrope_section) != half or min(self.mrope_section) < 0:
             raise InputError("mrope_section", self.mrope_section, f"use three sizes summing to head_dim / 2 = {half}")
+        if self.mrope_layout == "interleaved" and 3 * max(self.mrope_section[1:]) > half:
+            raise InputError("mrope_section", self.mrope_section, f"interleaved: height and width take every third of "
+                                                                  f"the {half} frequencies, so at most {half // 3} each")
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -116,14 +132,25 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-b, a], dim=-1)
 
 
+def mrope_axes(section: tuple[int, int, int], layout: str = "sections") -> torch.Tensor:
+    """The axis (0 time, 1 height, 2 width) of each rotary frequency, fastest first (``TinyBackboneConfig``):
+    contiguous ``section`` runs, or interleaved as Qwen3-VL (height at 1, 4, 7, ..., width at 2, 5, 8, ..., for
+    ``section[1]`` and ``section[2]`` frequencies; time everywhere else)."""
+    if layout == "sections":
+        return torch.repeat_interleave(torch.arange(3), torch.tensor(section))
+    axis = torch.zeros(sum(section), dtype=torch.long)
+    for a in (1, 2):
+        axis[a : 3 * section[a] : 3] = a
+    return axis
+
+
 def mrope_tables(position_ids: torch.Tensor, head_dim: int, theta: float,
-                 section: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+                 section: tuple[int, int, int], layout: str = "sections") -> tuple[torch.Tensor, torch.Tensor]:
     """cos / sin ``(B, 1, L, head_dim)`` of multimodal RoPE: frequency ``j`` rotates by the position on the
-    axis its section belongs to (time, height, width), the halves convention of Qwen's ``rotate_half``."""
+    axis ``mrope_axes`` gives it (time, height, width), the halves convention of Qwen's ``rotate_half``."""
     inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=position_ids.device) / head_dim)
     freqs = position_ids.float()[..., None] * inv  # (3, B, L, c)
-    axis = torch.repeat_interleave(torch.arange(3, device=position_ids.device),
-                                   torch.tensor(section, device=position_ids.device))
+    axis = mrope_axes(section, layout).to(position_ids.device)
     sel = freqs.permute(1, 2, 3, 0).gather(-1, axis.view(1, 1, -1, 1).expand(*freqs.shape[1:], 1))[..., 0]
     emb = torch.cat([sel, sel], dim=-1)[:, None]
     return emb.cos(), emb.sin()
@@ -184,7 +211,7 @@ class TinyPlannerBackbone(nn.Module):
     def forward(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor,
                 position_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         c = self.config
-        cos, sin = mrope_tables(position_ids, c.hidden_size // c.num_heads, c.rope_theta, c.mrope_section)
+        cos, sin = mrope_tables(position_ids, c.hidden_size // c.num_heads, c.rope_theta, c.mrope_section, c.mrope_layout)
         x = inputs_embeds.to(self.embed.weight.dtype)
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         mask = attention_mask.to(x.dtype)
