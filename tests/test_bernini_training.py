@@ -87,3 +87,14 @@ def test_planner_mrope_layout_flag_is_saved_and_guards_resume(tmp_path):
         main(["--tiny", "--out", str(out), "--mrope-layout", "sections"])
     assert main(["--tiny", "--out", str(out)]) == 0  # resumes with its saved layout
     assert SemanticPlanner.from_pretrained(out).backbone.config.mrope_layout == "interleaved"
+    # a fine-tune from that run's raw checkpoint weights, with the inference guidance saved in the config
+    raw = tmp_path / "raw"
+    assert main(["--tiny", "--out", str(raw), "--init", str(out), "--init-raw", "--mrope-layout", "interleaved",
+                 "--img-cfg", "2.5", "--stop-at", "1"]) == 0
+    recipe = json.loads((raw / "train_config.json").read_text())
+    assert recipe["init_raw"] is True and recipe["planner"]["img_cfg"] == 2.5
+    assert SemanticPlanner.from_pretrained(raw).config.img_cfg == 2.5
+    with pytest.raises(InputError, match="--init-raw"):
+        main(["--tiny", "--out", str(tmp_path / "bad"), "--init", str(raw / "backbone"), "--init-raw"])
+    with pytest.raises(InputError, match="--img-cfg"):
+        main(["--tiny", "--out", str(tmp_path / "bad"), "--img-cfg", "0.5"])

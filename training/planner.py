@@ -110,6 +110,7 @@ class PlannerRecipe:
     codebook_iters: int = 20
     # start from this saved planner's weights (a fine-tune); modules it lacks (e.g. local_context) start fresh
     init: str | None = None
+    init_raw: bool = False  # take ``init``'s raw weights from its run's last checkpoint, not its saved (EMA) ones
 
     def resolved(self) -> PlannerRecipe:
         if len(self.mix) != len(TASKS) or any(m < 0 for m in self.mix) or not sum(self.mix) > 0:
@@ -297,7 +298,11 @@ def _options_text(recipe: PlannerRecipe) -> str:
     """The card's lines for a fine-tune and the [PROPOSED] training options, when used."""
     c, lines = recipe.planner, []
     if recipe.init:
-        lines.append(f"- Fine-tuned from the planner in `{recipe.init}` (its weights at the start of this run).")
+        which = "its last checkpoint's raw (non-EMA) weights" if recipe.init_raw else "its weights"
+        lines.append(f"- Fine-tuned from the planner in `{recipe.init}` ({which} at the start of this run).")
+    if recipe.backbone.mrope_layout == "interleaved":
+        lines.append("- Interleaved M-RoPE [PROPOSED for this backbone; Qwen3-VL's layout] (`--mrope-layout interleaved`): every grid "
+                     "axis gets fast rotary frequencies (TinyBackboneConfig's docstring).")
     if c.full_mask_prob:
         lines.append(f"- {c.full_mask_prob:g} of the examples fully masked [PROPOSED] (`--full-mask`; training/planner.py's docstring).")
     if c.attribute_classes:
@@ -364,6 +369,12 @@ def parse_args(argv=None):
     ap.add_argument("--local-context", type=int, metavar="K",
                     help="a KxKxK convolution over the target grid joins the head's condition (0 = off) [PROPOSED]")
     ap.add_argument("--init", metavar="DIR", help="start from the weights of the planner saved in DIR (fine-tune)")
+    ap.add_argument("--init-raw", action="store_true",
+                    help="with --init: start from that run's raw weights (DIR/run/checkpoint/model.safetensors), not its "
+                         "saved EMA weights, which still hold part of the weights it started from")
+    ap.add_argument("--img-cfg", type=float, metavar="S",
+                    help="guidance scale of the prompt and sources when planning (saved in the model's config; an inference "
+                         "setting like --denoising-steps; default 1.2)")
     ap.add_argument("--denoising-steps", type=int, metavar="N",
                     help="Euler steps of the flow head per revealed token when planning (saved in the model's config; "
                          "an inference setting, so a resumed run or --eval-only may change it)")
@@ -427,20 +438,33 @@ def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resu
     if steps is not None and steps < 1:
         raise InputError("--denoising-steps", steps, "use a positive number of Euler steps (e.g. 25)")
     steps = keep.denoising_steps if steps is None else steps
+    img_cfg = getattr(args, "img_cfg", None)
+    if img_cfg is not None and not (np.isfinite(img_cfg) and img_cfg >= 1):
+        raise InputError("--img-cfg", img_cfg, "use a guidance scale >= 1 (1 = no guidance), e.g. 2.5")
+    img_cfg = keep.img_cfg if img_cfg is None else img_cfg
+    init_raw = bool(getattr(args, "init_raw", False)) or recipe.init_raw
+    if init_raw and args.init is not None and not (Path(args.init) / "run" / "checkpoint" / "model.safetensors").is_file():
+        raise InputError("--init-raw", args.init, "that folder holds no run checkpoint (run/checkpoint/model.safetensors)")
     layout = getattr(args, "mrope_layout", None) or keep_bb.mrope_layout
     if resuming and saved is not None and layout != saved.backbone.mrope_layout:
         raise InputError("--mrope-layout", layout, f"{args.out} holds a checkpoint trained with {saved.backbone.mrope_layout!r}; "
                                                    "resume without the flag, or pass --no-resume / a new --out")
     backbone = recipe.backbone if layout == recipe.backbone.mrope_layout else replace(recipe.backbone, mrope_layout=layout, mrope_section=None)
     return replace(recipe, planner=replace(recipe.planner, local_context=local, attribute_classes=tuple(classes),
-                                           attribute_weight=weight, full_mask_prob=full, denoising_steps=steps),
-                   backbone=backbone, init=recipe.init if args.init is None else args.init)
+                                           attribute_weight=weight, full_mask_prob=full, denoising_steps=steps, img_cfg=img_cfg),
+                   backbone=backbone, init=recipe.init if args.init is None else args.init, init_raw=init_raw)
 
 
-def init_weights(model: SemanticPlanner, directory: str) -> None:
+def init_weights(model: SemanticPlanner, directory: str, raw: bool = False) -> None:
     """Copy a saved planner's weights into ``model``: every tensor must match, and only modules the saved
-    planner lacks (the local context, the attribute read-out) may be left at their fresh initialisation."""
+    planner lacks (the local context, the attribute read-out) may be left at their fresh initialisation.
+    ``raw``: the weights of the run's last checkpoint (``directory/run/checkpoint/model.safetensors``) instead of
+    the saved EMA ones."""
     src = SemanticPlanner.from_pretrained(directory)
+    if raw:
+        from core.weights_io import load_state_dict
+
+        src.load_state_dict(load_state_dict(Path(directory) / "run" / "checkpoint" / "model.safetensors"))
     try:
         missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
     except RuntimeError as e:  # a tensor of another shape (another width, grid or head)
@@ -476,8 +500,9 @@ def main(argv=None) -> int:
         if "codebook" in old:  # the VAL quantisation numbers measured when the codebook was fitted
             facts["codebook"] = old["codebook"]
         model = SemanticPlanner.from_pretrained(out)
-        if model.config.denoising_steps != recipe.planner.denoising_steps:  # --denoising-steps on a saved model
-            model.config.denoising_steps = recipe.planner.denoising_steps
+        if (model.config.denoising_steps, model.config.img_cfg) != (recipe.planner.denoising_steps, recipe.planner.img_cfg):
+            # --denoising-steps / --img-cfg on a saved model: inference settings
+            model.config.denoising_steps, model.config.img_cfg = recipe.planner.denoising_steps, recipe.planner.img_cfg
             model.save_pretrained(out)
         final_eval(out, recipe, model, texts, facts)
         return 0
@@ -488,7 +513,7 @@ def main(argv=None) -> int:
     torch.manual_seed(recipe.train.seed)  # the initial weights depend on the recipe alone
     model = builtin_planner(recipe.planner, recipe.backbone)
     if recipe.init and not resuming:
-        init_weights(model, recipe.init)
+        init_weights(model, recipe.init, raw=recipe.init_raw)
     trainer = Trainer(model, loss_fn, recipe.train, out / "run", evaluate=lambda m: evaluate(m, val, texts, recipe.val_items))
     resumed = False if args.no_resume else trainer.load_checkpoint()
     extra: dict = {}
