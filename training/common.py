@@ -296,10 +296,14 @@ def finish_run(trainer: Any, out: Path, total_steps: int, minutes: float, final_
     return 0
 
 
-def parse_script(prog: str, description: str, default_out: str, argv=None) -> argparse.Namespace:
-    """A recipe script's command line (``training_parser`` plus ``--stop-at``), logging set up to stderr."""
+def parse_script(prog: str, description: str, default_out: str, argv=None,
+                 extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """A recipe script's command line (``training_parser`` plus ``--stop-at``, and the script's own flags that
+    ``extra(parser)`` adds), logging set up to stderr."""
     ap = training_parser(prog, description, default_out)
     ap.add_argument("--stop-at", type=int, help="stop at this step (checkpointed; resume later with the same --steps)")
+    if extra is not None:
+        extra(ap)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     return args

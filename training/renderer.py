@@ -54,7 +54,7 @@ from training.bernini_data import (
     edit_region,
     load_pools,
 )
-from training.common import TRAIN_CONFIG, check_run_dir, design_notes, earlier_run_facts, finish_run, script_recipe, training_parser
+from training.common import TRAIN_CONFIG, check_run_dir, design_notes, earlier_run_facts, finish_run, parse_script, script_recipe
 from training.loop import TrainConfig, Trainer
 
 logger = logging.getLogger(__name__)
@@ -332,17 +332,18 @@ def init_weights(model: BuiltinRenderer, directory: str) -> None:
     logger.info("initialised from %s (fresh: %s)", directory, sorted({k.split(".")[0] for k in missing}) or "none")
 
 
-def main(argv=None) -> int:
-    ap = training_parser("python -m training.renderer", "Train the builtin Bernini renderer on worldgen with GT plans.", "outputs/train/renderer")
-    ap.add_argument("--stop-at", type=int, help="stop at this step (checkpointed; resume later with the same --steps)")
+def _flags(ap) -> None:
     ap.add_argument("--init", metavar="DIR", help="start from the weights of the renderer saved in DIR (a fine-tune)")
     ap.add_argument("--lr", type=float, help="peak learning rate (default 5e-4)")
     ap.add_argument("--sigma-logit-mean", type=float, metavar="M", help="training noise levels: sigma = 1 - sigmoid(N(M, S)) (default -0.8)")
     ap.add_argument("--sigma-logit-std", type=float, metavar="S", help="(default 0.8; see the module docstring)")
     ap.add_argument("--plan-draft", type=int, metavar="H", help="hidden width of the plan draft, an MLP from each plan token to its "
                     "pixels that the DiT reads as an input (0 = off, the default) [PROPOSED]")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+
+
+def main(argv=None) -> int:
+    args = parse_script("python -m training.renderer", "Train the builtin Bernini renderer on worldgen with GT plans.", "outputs/train/renderer",
+                        argv, extra=_flags)
     out = check_run_dir(args.out, KIND, "renderer")
     recipe = script_recipe(RendererRecipe, out, args, tiny_recipe, KIND, "python -m training.renderer")
     with_options = _options(recipe, args)
