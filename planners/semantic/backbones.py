@@ -89,7 +89,7 @@ class TinyBackboneConfig:
       gives the 1:1.5:1.5 split of its 16/24/24 of 64). At this head size width's fastest frequency turns
       0.003 rad per grid step and height's 0.1, so neighbouring tokens look alike to attention: measured, the
       planner trained so could not tell where an object is from the tokens around it (docs/BENCHMARKS.md);
-    - ``"interleaved"``: Qwen3-VL's fix, frequencies dealt out t, h, w, t, h, w, ... so every axis gets fast
+    - ``"interleaved"``: Qwen3-VL's layout, frequencies dealt out t, h, w, t, h, w, ... so every axis gets fast
       and slow ones (None gives its 24/20/20-of-64 proportions: the last ``half - 3 * hw`` go to time).
 
     Text tokens carry one position on all three axes, so the layout changes only the vision tokens' encoding.
