@@ -42,6 +42,7 @@ def test_planner_attribute_loss_flag_trains_the_read_out_and_guards_resume(tmp_p
         main(["--tiny", "--out", str(tmp_path / "bad"), "--attribute-loss", "-1"])
     with pytest.raises(InputError, match="--full-mask"):
         main(["--tiny", "--out", str(tmp_path / "bad"), "--full-mask", "2"])
+    assert not (tmp_path / "bad").exists()  # refused before the run folder is made
     assert main(["--tiny", "--out", str(out)]) == 0  # resumes with its saved recipe
     assert SemanticPlanner.from_pretrained(out).config.attribute_classes == attribute_groups()
     full = tmp_path / "full"
@@ -98,3 +99,15 @@ def test_planner_mrope_layout_flag_is_saved_and_guards_resume(tmp_path):
         main(["--tiny", "--out", str(tmp_path / "bad"), "--init", str(raw / "backbone"), "--init-raw"])
     with pytest.raises(InputError, match="--img-cfg"):
         main(["--tiny", "--out", str(tmp_path / "bad"), "--img-cfg", "0.5"])
+
+
+def test_a_recipe_script_reports_a_bad_flag_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "training.renderer", "--out", str(tmp_path / "run"), "--lr", "-1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == "error: invalid --lr=-1.0: use a positive learning rate, e.g. 2e-4"
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "run").exists()  # checked before the run folder is made

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from core.atomic import write_json_atomic
-from core.errors import InputError
+from core.errors import AtelierError, InputError
 
 logger = logging.getLogger(__name__)
 
@@ -294,6 +295,16 @@ def finish_run(trainer: Any, out: Path, total_steps: int, minutes: float, final_
         return 0
     final_eval(final, facts)
     return 0
+
+
+def run_script(main: Callable[[], int]) -> int:
+    """A ``python -m training.X`` script's entry point: ``main()``, with an error Atelier raises on purpose (a bad
+    flag, an --out that holds something else) printed as one line and exit status 2, not a traceback."""
+    try:
+        return main()
+    except AtelierError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 def parse_script(prog: str, description: str, default_out: str, argv=None,

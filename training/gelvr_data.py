@@ -231,7 +231,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from training.common import run_script
+
+    raise SystemExit(run_script(main))
 
 
 def object_attribute_targets(features: torch.Tensor, records: list[dict]) -> torch.Tensor:

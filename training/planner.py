@@ -478,6 +478,7 @@ def init_weights(model: SemanticPlanner, directory: str, raw: bool = False) -> N
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    option_recipe(PlannerRecipe(), args, None, False)  # the flags' values, checked before anything is written
     out = check_run_dir(args.out, KIND, "planner")
     saved = load_recipe(PlannerRecipe, out) if not args.no_resume else None
     resuming = saved is not None and (out / "run" / "checkpoint" / "state.pt").is_file()
@@ -530,4 +531,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from training.common import run_script
+
+    raise SystemExit(run_script(main))

@@ -298,8 +298,8 @@ def final_eval(out: Path, recipe: RendererRecipe, model: BuiltinRenderer, texts:
     return ev
 
 
-def _options(recipe: RendererRecipe, args) -> RendererRecipe:
-    """``recipe`` with ``--init``, ``--lr`` and the noise-level flags applied (checked before anything runs)."""
+def _check_flags(args) -> None:
+    """The fine-tune flags' values, checked before anything is written."""
     if args.init is not None and not (Path(args.init) / "config.json").is_file():
         raise InputError("--init", args.init, "pass a folder holding a saved renderer (config.json + model.safetensors)")
     if args.lr is not None and not (np.isfinite(args.lr) and args.lr > 0):
@@ -310,6 +310,10 @@ def _options(recipe: RendererRecipe, args) -> RendererRecipe:
         raise InputError("--sigma-logit-mean", args.sigma_logit_mean, "use a finite number, e.g. 0.0")
     if args.plan_draft is not None and args.plan_draft < 0:
         raise InputError("--plan-draft", args.plan_draft, "use 0 (off) or the draft MLP's hidden width, e.g. 256")
+
+
+def _options(recipe: RendererRecipe, args) -> RendererRecipe:
+    """``recipe`` with ``--init``, ``--lr``, the noise-level flags and ``--plan-draft`` applied."""
     r = recipe.renderer
     renderer = replace(r, sigma_logit_mean=r.sigma_logit_mean if args.sigma_logit_mean is None else args.sigma_logit_mean,
                        sigma_logit_std=r.sigma_logit_std if args.sigma_logit_std is None else args.sigma_logit_std,
@@ -344,6 +348,7 @@ def _flags(ap) -> None:
 def main(argv=None) -> int:
     args = parse_script("python -m training.renderer", "Train the builtin Bernini renderer on worldgen with GT plans.", "outputs/train/renderer",
                         argv, extra=_flags)
+    _check_flags(args)
     out = check_run_dir(args.out, KIND, "renderer")
     recipe = script_recipe(RendererRecipe, out, args, tiny_recipe, KIND, "python -m training.renderer")
     with_options = _options(recipe, args)
@@ -379,4 +384,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from training.common import run_script
+
+    raise SystemExit(run_script(main))

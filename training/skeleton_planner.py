@@ -316,4 +316,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from training.common import run_script
+
+    raise SystemExit(run_script(main))
