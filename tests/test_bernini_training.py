@@ -75,6 +75,13 @@ def test_renderer_fine_tune_flags_start_from_saved_weights_and_set_the_noise_lev
         main(["--tiny", "--out", str(tmp_path / "bad"), "--sigma-logit-std", "0"])
     with pytest.raises(InputError, match="--lr"):
         main(["--tiny", "--out", str(tmp_path / "bad"), "--lr", "-1"])
+    drafted = tmp_path / "drafted"  # the tiny recipe's renderer has patch 8 = plan_patch, so a conv draft fits
+    assert main(["--tiny", "--out", str(drafted), "--init", str(base), "--plan-draft", "8", "--draft-kind", "conv",
+                 "--draft-residual", "--stop-at", "1"]) == 0
+    cfg = BuiltinRenderer.from_pretrained(drafted).config
+    assert (cfg.plan_draft, cfg.draft_kind, cfg.draft_residual) == (8, "conv", True)
+    with pytest.raises(InputError, match="--draft-residual"):
+        main(["--tiny", "--out", str(tmp_path / "bad"), "--draft-residual"])
 
 
 def test_planner_mrope_layout_flag_is_saved_and_guards_resume(tmp_path):

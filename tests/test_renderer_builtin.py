@@ -149,6 +149,35 @@ def test_plan_draft_starts_silent_learns_the_tokens_pixels_and_reaches_the_targe
         BuiltinRendererConfig(patch=4, plan_draft=8)
 
 
+def test_conv_draft_is_a_residual_on_the_clean_frame_where_the_plan_is_kept():
+    base = tiny()
+    cfg = BuiltinRendererConfig(**{**TINY.__dict__, "plan_draft": 16, "draft_kind": "conv", "draft_residual": True})
+    drafted = BuiltinRenderer(cfg).eval()
+    drafted.load_state_dict(base.state_dict(), strict=False)
+    plan, text, _, _ = inputs()
+    x_t = torch.randn(1, 16, 64, 192, generator=torch.Generator().manual_seed(0))
+    cond = Conditions(plan=plan[None], text=text[None])
+    dropped = Conditions(plan=plan[None], text=text[None], plan_mask=torch.tensor([False]))
+    with torch.no_grad():
+        assert torch.allclose(base(x_t, 0.5, cond), drafted(x_t, 0.5, cond))  # a blank draft: no change
+        pixels = drafted.plan_draft(plan[None])
+        assert pixels.shape == (1, 4, 64, 192)  # each plan frame's grid decoded to the 8x8 patches of 64x64 pixels
+        drafted.draft.out.weight.normal_(0, 0.2)
+        pixels = drafted.plan_draft(plan[None])
+        out, ref = drafted(x_t, 0.5, cond), base(x_t, 0.5, cond)
+        # draft_embed is still zero, so the only change is the draft added to the clean-frame prediction, exact at plan frames
+        for k, t in enumerate(plan_frame_indices(16, 4)):
+            assert torch.allclose(out[0, t], ref[0, t] + pixels[0, k], atol=1e-5)
+        mid = out[0, 2] - ref[0, 2]  # frame 2 lies 2/5 of the way from plan frame 0 to plan frame 1 (frame 5)
+        assert torch.allclose(mid, 0.6 * pixels[0, 0] + 0.4 * pixels[0, 1], atol=1e-5)
+        assert torch.allclose(drafted(x_t, 0.5, dropped), base(x_t, 0.5, dropped))  # a dropped plan drops its draft
+    for bad, match in (({"draft_kind": "cnn", "plan_draft": 8}, "draft_kind"), ({"draft_residual": True}, "draft_residual"),
+                       ({"draft_residual": True, "plan_draft": 8, "prediction": "v"}, "draft_residual"),
+                       ({"draft_kind": "conv", "plan_draft": 8, "patch": 12, "plan_patch": 12, "image_size": 48}, "power of 2")):
+        with pytest.raises(InputError, match=match):
+            BuiltinRendererConfig(**bad)
+
+
 def test_references_keep_their_segment_ids_through_a_reordering():
     model = tiny()
     _, _, _, refs = inputs()

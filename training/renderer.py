@@ -16,6 +16,7 @@ the edited object against the source.
 
     python -m training.renderer --out DIR [--steps N] [--stop-at STEP] [--tiny] [--no-resume] [--eval-only]
                                 [--init DIR] [--lr LR] [--sigma-logit-mean M] [--sigma-logit-std S] [--plan-draft H]
+                                [--draft-kind mlp|conv] [--draft-residual]
 
 ``--sigma-logit-mean`` / ``--sigma-logit-std`` set the training noise levels (sigma = 1 - sigmoid(N(M, S)),
 ``flow.sample_sigmas``). JiT's -0.8 / 0.8, the shipped run's until 2026-12-05, draws sigma < 0.2 for 0.3% of
@@ -310,6 +311,8 @@ def _check_flags(args) -> None:
         raise InputError("--sigma-logit-mean", args.sigma_logit_mean, "use a finite number, e.g. 0.0")
     if args.plan_draft is not None and args.plan_draft < 0:
         raise InputError("--plan-draft", args.plan_draft, "use 0 (off) or the draft MLP's hidden width, e.g. 256")
+    if args.draft_residual and not args.plan_draft:
+        raise InputError("--draft-residual", True, "needs a plan draft: add --plan-draft H")
 
 
 def _options(recipe: RendererRecipe, args) -> RendererRecipe:
@@ -317,7 +320,9 @@ def _options(recipe: RendererRecipe, args) -> RendererRecipe:
     r = recipe.renderer
     renderer = replace(r, sigma_logit_mean=r.sigma_logit_mean if args.sigma_logit_mean is None else args.sigma_logit_mean,
                        sigma_logit_std=r.sigma_logit_std if args.sigma_logit_std is None else args.sigma_logit_std,
-                       plan_draft=r.plan_draft if args.plan_draft is None else args.plan_draft)
+                       plan_draft=r.plan_draft if args.plan_draft is None else args.plan_draft,
+                       draft_kind=r.draft_kind if args.draft_kind is None else args.draft_kind,
+                       draft_residual=r.draft_residual or args.draft_residual)
     train = recipe.train if args.lr is None else replace(recipe.train, lr=args.lr)
     return replace(recipe, renderer=renderer, train=train, init=recipe.init if args.init is None else args.init)
 
@@ -341,8 +346,11 @@ def _flags(ap) -> None:
     ap.add_argument("--lr", type=float, help="peak learning rate (default 5e-4)")
     ap.add_argument("--sigma-logit-mean", type=float, metavar="M", help="training noise levels: sigma = 1 - sigmoid(N(M, S)) (default -0.8)")
     ap.add_argument("--sigma-logit-std", type=float, metavar="S", help="(default 0.8; see the module docstring)")
-    ap.add_argument("--plan-draft", type=int, metavar="H", help="hidden width of the plan draft, an MLP from each plan token to its "
+    ap.add_argument("--plan-draft", type=int, metavar="H", help="hidden width of the plan draft, a decoder from the plan tokens to "
                     "pixels that the DiT reads as an input (0 = off, the default) [PROPOSED]")
+    ap.add_argument("--draft-kind", choices=("mlp", "conv"), help="the draft's decoder: 'mlp' reads each token alone (the default), "
+                    "'conv' each plan frame's token grid [PROPOSED]")
+    ap.add_argument("--draft-residual", action="store_true", help="predict the clean target as the draft plus a correction [PROPOSED]")
 
 
 def main(argv=None) -> int:
