@@ -633,7 +633,7 @@ class BuiltinRenderer(nn.Module):
             target = target + torch.where(keep[:, None, None, None], pf, self.null_plan)
             if c.plan_draft:
                 draft = keep[:, None, None, None] * self._draft_frames(cond.plan.to(x_t.device), frames)
-                target = target + self.draft_embed(draft)
+                target = target + keep[:, None, None, None] * self.draft_embed(draft)  # masked after: the bias too
         else:
             target = target + self.null_plan
         if c.pose_channels:

@@ -139,6 +139,7 @@ def test_plan_draft_starts_silent_learns_the_tokens_pixels_and_reaches_the_targe
     assert float(logs["draft_mse"]) < 0.8 * first
     with torch.no_grad():
         drafted.draft_embed.weight.normal_(0, 0.2)
+        drafted.draft_embed.bias.normal_(0, 0.2)
         other = Conditions(plan=plan[None], text=text[None], plan_mask=torch.tensor([False]))
         assert not torch.allclose(drafted(x_t, 0.5, cond), base(x_t, 0.5, cond))  # the draft reaches the target tokens
         # a dropped plan takes its draft with it: the row reads as in the model without one
