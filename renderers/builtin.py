@@ -713,15 +713,26 @@ class BuiltinRenderer(nn.Module):
             x0_hat = out[:, n_ctx:] if c.prediction == "x" else x_t.flatten(1, 2) - sigma[:, None, None] * out[:, n_ctx:]
             x_mse = F.mse_loss(x0_hat, x0.flatten(1, 2))
         logs = {"x0_mse": x_mse, "sigma": sigma.mean()}
-        if c.plan_draft and cond.plan is not None and c.draft_weight > 0:
-            keep = (cond.plan_mask if cond.plan_mask is not None else torch.ones(b, dtype=torch.bool)).to(self.device)
-            if bool(keep.any()):
-                idx = plan_frame_indices(frames, cond.plan.shape[1])
-                err = ((self.plan_draft(cond.plan.to(self.device)) - x0[:, idx]) ** 2).mean((1, 2, 3))
-                draft_mse = err[keep].mean()
+        if c.draft_weight > 0:
+            draft_mse = self.draft_loss(target, cond)
+            if draft_mse is not None:
                 loss = loss + c.draft_weight * draft_mse
                 logs["draft_mse"] = draft_mse.detach()
         return loss, logs
+
+    def draft_loss(self, target: torch.Tensor, cond: Conditions) -> torch.Tensor | None:
+        """The plan draft's own loss: MSE between its pixels and the target's plan frames ``(B, F, H, W, 3)`` in
+        [-1, 1], over the rows whose plan is kept; None without a draft or a kept plan."""
+        if not self.config.plan_draft or cond.plan is None:
+            return None
+        b, frames = target.shape[:2]
+        keep = (cond.plan_mask if cond.plan_mask is not None else torch.ones(b, dtype=torch.bool)).to(self.device)
+        if not bool(keep.any()):
+            return None
+        idx = plan_frame_indices(frames, cond.plan.shape[1])
+        x0 = patchify(target[:, idx].to(self.device).float(), self.config.patch)
+        err = ((self.plan_draft(cond.plan.to(self.device)) - x0) ** 2).mean((1, 2, 3))
+        return err[keep].mean()
 
     def _context_tokens(self, cond: Conditions, b: int) -> torch.Tensor:
         parts = []

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from core.errors import InputError
 
@@ -82,6 +83,13 @@ def test_renderer_fine_tune_flags_start_from_saved_weights_and_set_the_noise_lev
     assert (cfg.plan_draft, cfg.draft_kind, cfg.draft_residual) == (8, "conv", True)
     with pytest.raises(InputError, match="--draft-residual"):
         main(["--tiny", "--out", str(tmp_path / "bad"), "--draft-residual"])
+    stage = tmp_path / "draft_only"  # the first stage: only the draft learns, and no EMA holds it at its zero start
+    assert main(["--tiny", "--out", str(stage), "--init", str(drafted), "--plan-draft", "8", "--draft-kind", "conv",
+                 "--draft-residual", "--draft-only", "--lr", "1e-2", "--stop-at", "2"]) == 0
+    before, after = BuiltinRenderer.from_pretrained(drafted).state_dict(), BuiltinRenderer.from_pretrained(stage).state_dict()
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert moved and all(k.startswith("draft.") for k in moved)
+    assert json.loads((stage / "train_config.json").read_text())["train"]["ema"] is None
 
 
 def test_planner_mrope_layout_flag_is_saved_and_guards_resume(tmp_path):
