@@ -90,6 +90,11 @@ def test_renderer_fine_tune_flags_start_from_saved_weights_and_set_the_noise_lev
     moved = {k for k in before if not torch.equal(before[k], after[k])}
     assert moved and all(k.startswith("draft.") for k in moved)
     assert json.loads((stage / "train_config.json").read_text())["train"]["ema"] is None
+    no_ema = tmp_path / "no_ema"
+    assert main(["--tiny", "--out", str(no_ema), "--init", str(base), "--ema", "0", "--stop-at", "1"]) == 0
+    assert json.loads((no_ema / "train_config.json").read_text())["train"]["ema"] is None
+    with pytest.raises(InputError, match="--ema"):
+        main(["--tiny", "--out", str(tmp_path / "bad"), "--ema", "1.5"])
 
 
 def test_planner_mrope_layout_flag_is_saved_and_guards_resume(tmp_path):

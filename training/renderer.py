@@ -16,7 +16,7 @@ the edited object against the source.
 
     python -m training.renderer --out DIR [--steps N] [--stop-at STEP] [--tiny] [--no-resume] [--eval-only]
                                 [--init DIR] [--lr LR] [--sigma-logit-mean M] [--sigma-logit-std S] [--plan-draft H]
-                                [--draft-kind mlp|conv] [--draft-residual] [--draft-only]
+                                [--draft-kind mlp|conv] [--draft-residual] [--draft-only] [--ema DECAY]
 
 ``--sigma-logit-mean`` / ``--sigma-logit-std`` set the training noise levels (sigma = 1 - sigmoid(N(M, S)),
 ``flow.sample_sigmas``). JiT's -0.8 / 0.8, the shipped run's until 2026-12-05, draws sigma < 0.2 for 0.3% of
@@ -315,6 +315,8 @@ def _check_flags(args) -> None:
         raise InputError("--lr", args.lr, "use a positive learning rate, e.g. 2e-4")
     if args.sigma_logit_std is not None and not (np.isfinite(args.sigma_logit_std) and args.sigma_logit_std > 0):
         raise InputError("--sigma-logit-std", args.sigma_logit_std, "use a positive spread, e.g. 1.0")
+    if args.ema is not None and not (0 <= args.ema < 1):
+        raise InputError("--ema", args.ema, "use a decay in [0, 1), e.g. 0.999, or 0 for none")
     if args.sigma_logit_mean is not None and not np.isfinite(args.sigma_logit_mean):
         raise InputError("--sigma-logit-mean", args.sigma_logit_mean, "use a finite number, e.g. 0.0")
     if args.plan_draft is not None and args.plan_draft < 0:
@@ -333,6 +335,8 @@ def _options(recipe: RendererRecipe, args) -> RendererRecipe:
                        draft_kind=r.draft_kind if args.draft_kind is None else args.draft_kind,
                        draft_residual=r.draft_residual or args.draft_residual)
     train = recipe.train if args.lr is None else replace(recipe.train, lr=args.lr)
+    if args.ema is not None:
+        train = replace(train, ema=args.ema or None)
     if args.draft_only:  # the draft starts at zero: an EMA would keep much of that start
         train = replace(train, ema=None)
     return replace(recipe, renderer=renderer, train=train, init=recipe.init if args.init is None else args.init,
@@ -363,6 +367,9 @@ def _flags(ap) -> None:
     ap.add_argument("--draft-kind", choices=("mlp", "conv"), help="the draft's decoder: 'mlp' reads each token alone (the default), "
                     "'conv' each plan frame's token grid [PROPOSED]")
     ap.add_argument("--draft-residual", action="store_true", help="predict the clean target as the draft plus a correction [PROPOSED]")
+    ap.add_argument("--ema", type=float, metavar="DECAY", help="EMA decay of the saved weights (default 0.999; 0: none, the last "
+                    "weights are saved). A fine-tune that changes what the output means (--draft-residual on weights trained "
+                    "without it) needs 0: an EMA of 0.999 over 1,500 steps still holds 22%% of the start")
     ap.add_argument("--draft-only", action="store_true", help="train only the plan draft, by its own loss, without an EMA "
                     "(a first stage before a joint fine-tune) [PROPOSED]")
 
