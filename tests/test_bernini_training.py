@@ -91,8 +91,11 @@ def test_renderer_fine_tune_flags_start_from_saved_weights_and_set_the_noise_lev
     assert moved and all(k.startswith("draft.") for k in moved)
     assert json.loads((stage / "train_config.json").read_text())["train"]["ema"] is None
     no_ema = tmp_path / "no_ema"
-    assert main(["--tiny", "--out", str(no_ema), "--init", str(base), "--ema", "0", "--stop-at", "1"]) == 0
+    assert main(["--tiny", "--out", str(no_ema), "--init", str(base), "--ema", "0", "--guidance-scale", "1.5", "--stop-at", "1"]) == 0
     assert json.loads((no_ema / "train_config.json").read_text())["train"]["ema"] is None
+    assert BuiltinRenderer.from_pretrained(no_ema).config.guidance_scale == 1.5
+    with pytest.raises(InputError, match="--guidance-scale"):
+        main(["--tiny", "--out", str(tmp_path / "bad"), "--guidance-scale", "0.5"])
     with pytest.raises(InputError, match="--ema"):
         main(["--tiny", "--out", str(tmp_path / "bad"), "--ema", "1.5"])
 

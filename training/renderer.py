@@ -17,6 +17,7 @@ the edited object against the source.
     python -m training.renderer --out DIR [--steps N] [--stop-at STEP] [--tiny] [--no-resume] [--eval-only]
                                 [--init DIR] [--lr LR] [--sigma-logit-mean M] [--sigma-logit-std S] [--plan-draft H]
                                 [--draft-kind mlp|conv] [--draft-residual] [--draft-only] [--ema DECAY]
+                                [--guidance-scale G]
 
 ``--sigma-logit-mean`` / ``--sigma-logit-std`` set the training noise levels (sigma = 1 - sigmoid(N(M, S)),
 ``flow.sample_sigmas``). JiT's -0.8 / 0.8, the shipped run's until 2026-12-05, draws sigma < 0.2 for 0.3% of
@@ -315,6 +316,8 @@ def _check_flags(args) -> None:
         raise InputError("--lr", args.lr, "use a positive learning rate, e.g. 2e-4")
     if args.sigma_logit_std is not None and not (np.isfinite(args.sigma_logit_std) and args.sigma_logit_std > 0):
         raise InputError("--sigma-logit-std", args.sigma_logit_std, "use a positive spread, e.g. 1.0")
+    if args.guidance_scale is not None and not (np.isfinite(args.guidance_scale) and args.guidance_scale >= 1):
+        raise InputError("--guidance-scale", args.guidance_scale, "use a scale >= 1 (1: no guidance), e.g. 2.0")
     if args.ema is not None and not (0 <= args.ema < 1):
         raise InputError("--ema", args.ema, "use a decay in [0, 1), e.g. 0.999, or 0 for none")
     if args.sigma_logit_mean is not None and not np.isfinite(args.sigma_logit_mean):
@@ -333,7 +336,8 @@ def _options(recipe: RendererRecipe, args) -> RendererRecipe:
                        sigma_logit_std=r.sigma_logit_std if args.sigma_logit_std is None else args.sigma_logit_std,
                        plan_draft=r.plan_draft if args.plan_draft is None else args.plan_draft,
                        draft_kind=r.draft_kind if args.draft_kind is None else args.draft_kind,
-                       draft_residual=r.draft_residual or args.draft_residual)
+                       draft_residual=r.draft_residual or args.draft_residual,
+                       guidance_scale=r.guidance_scale if args.guidance_scale is None else args.guidance_scale)
     train = recipe.train if args.lr is None else replace(recipe.train, lr=args.lr)
     if args.ema is not None:
         train = replace(train, ema=args.ema or None)
@@ -367,6 +371,8 @@ def _flags(ap) -> None:
     ap.add_argument("--draft-kind", choices=("mlp", "conv"), help="the draft's decoder: 'mlp' reads each token alone (the default), "
                     "'conv' each plan frame's token grid [PROPOSED]")
     ap.add_argument("--draft-residual", action="store_true", help="predict the clean target as the draft plus a correction [PROPOSED]")
+    ap.add_argument("--guidance-scale", type=float, metavar="G", help="the guidance scale saved in the config, what generate() "
+                    "uses by default (default 2.0; 1: no guidance)")
     ap.add_argument("--ema", type=float, metavar="DECAY", help="EMA decay of the saved weights (default 0.999; 0: none, the last "
                     "weights are saved). A fine-tune that changes what the output means (--draft-residual on weights trained "
                     "without it) needs 0: an EMA of 0.999 over 1,500 steps still holds 22%% of the start")
