@@ -104,7 +104,7 @@ class BuiltinRendererConfig:
     pose_channels: int = 0  # channels of a spatially aligned per-frame pose map (core.skeleton.pose_maps: 20)
     query_dim: int = 0  # width of MetaQuery states read by cross-attention beside the text
     source_residual: bool = False  # [PROPOSED] x0 = source frame + the network's output, where a source clip is in the row
-    # [PROPOSED] hidden width of the plan draft (0 = off): an MLP decodes each plan token into its pixel patch, trained
+    # [PROPOSED] hidden width of the plan draft (0 = off): a decoder (``draft_kind``) from the plan to pixels, trained
     # by its own reconstruction loss (``draft_weight``); the draft, interpolated in time, enters every target token it
     # covers as a pixel-aligned input (see ``BuiltinRenderer.plan_draft``)
     plan_draft: int = 0
@@ -137,7 +137,7 @@ class BuiltinRendererConfig:
         if self.source_residual and self.prediction != "x":
             raise InputError("source_residual", True, "needs prediction='x' (the residual is on the clean frame)")
         if not isinstance(self.plan_draft, int) or isinstance(self.plan_draft, bool) or self.plan_draft < 0:
-            raise InputError("plan_draft", self.plan_draft, "use 0 (off) or the draft MLP's hidden width, e.g. 256")
+            raise InputError("plan_draft", self.plan_draft, "use 0 (off) or the draft's hidden width, e.g. 128")
         if self.plan_draft and self.patch != self.plan_patch:
             raise InputError("plan_draft", self.plan_draft, f"needs patch == plan_patch (a plan token drafts one target patch); "
                                                             f"got {self.patch} and {self.plan_patch}")
@@ -452,8 +452,8 @@ class _ConvDraft(nn.Module):
 
     Two 3x3 convolutions over the grid, then one 2x upsampling stage (transposed conv, 3x3 conv) per factor of 2
     of ``plan_patch``, halving the channels each time. Why: a token alone knows its own patch, but a small star
-    straddles 2-4 of them; measured on VAL (docs/BENCHMARKS.md), this decoder trained 12 min by regression on TRAIN
-    plan frames let the judge read 68.8% of shapes from the plan frames, against 34.4% for the shipped DiT."""
+    straddles 2-4 of them; measured on VAL (docs/BENCHMARKS.md), a decoder of this kind trained 12 min by regression on
+    TRAIN plan frames let the judge read 68.8% of shapes from the plan frames, against 34.4% for the shipped DiT."""
 
     def __init__(self, plan_dim: int, width: int, plan_patch: int):
         super().__init__()

@@ -323,7 +323,7 @@ def _check_flags(args) -> None:
     if args.sigma_logit_mean is not None and not np.isfinite(args.sigma_logit_mean):
         raise InputError("--sigma-logit-mean", args.sigma_logit_mean, "use a finite number, e.g. 0.0")
     if args.plan_draft is not None and args.plan_draft < 0:
-        raise InputError("--plan-draft", args.plan_draft, "use 0 (off) or the draft MLP's hidden width, e.g. 256")
+        raise InputError("--plan-draft", args.plan_draft, "use 0 (off) or the draft's hidden width, e.g. 128")
     for flag, on in (("--draft-residual", args.draft_residual), ("--draft-only", args.draft_only)):
         if on and not args.plan_draft:
             raise InputError(flag, True, "needs a plan draft: add --plan-draft H")
