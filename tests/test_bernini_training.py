@@ -29,6 +29,24 @@ def test_tiny_run_writes_weights_card_and_resumes(module, tmp_path):
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
 
 
+def test_planner_regression_loss_flag_trains_the_read_out_and_guards_resume(tmp_path):
+    from planners.semantic import SemanticPlanner
+    from training.planner import main
+
+    out = tmp_path / "reg"
+    assert main(["--tiny", "--out", str(out), "--regression-loss", "0.5", "--stop-at", "2"]) == 0
+    assert json.loads((out / "train_config.json").read_text())["planner"]["regression_weight"] == 0.5
+    with pytest.raises(InputError, match="--regression-loss"):  # the checkpoint holds the read-out
+        main(["--tiny", "--out", str(out), "--regression-loss", "0"])
+    for bad in (["--regression-loss", "-1"], ["--regression-loss", "1", "--head", "codebook"]):
+        with pytest.raises(InputError, match="--regression-loss"):
+            main(["--tiny", "--out", str(tmp_path / "bad"), *bad])
+    assert not (tmp_path / "bad").exists()  # refused before the run folder is made
+    assert main(["--tiny", "--out", str(out)]) == 0  # resumes with its saved recipe
+    assert SemanticPlanner.from_pretrained(out).config.regression_weight == 0.5
+    assert "--regression-loss 0.5" in (out / "card.md").read_text()
+
+
 def test_planner_attribute_loss_flag_trains_the_read_out_and_guards_resume(tmp_path):
     from planners.semantic import SemanticPlanner
     from training.planner import attribute_groups, main

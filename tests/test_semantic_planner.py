@@ -445,6 +445,37 @@ def test_attribute_loss_scores_labelled_masked_tokens_and_leaves_the_plan_alone(
         SemanticPlannerConfig(attribute_weight=-1)
 
 
+def test_regression_loss_scores_masked_tokens_only_and_leaves_the_plan_alone(tmp_path):
+    plain = tiny_planner().eval()
+    reg = tiny_planner(regression_weight=0.5).eval()
+    missing, unexpected = reg.load_state_dict(plain.state_dict(), strict=False)
+    assert not unexpected and missing and all(k.startswith("regression_head.") for k in missing)
+    a = plain.plan("a red square", generator=torch.Generator().manual_seed(3))
+    b = reg.plan("a red square", generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a.tokens, b.tokens)  # training only
+    target = torch.randn(1, 2, 3, TOKEN_DIM)
+    mask = torch.tensor([[[True, True, False], [True, False, True]]])
+    out = reg.loss(PlanExample(PlanRequest(prompt="x"), target, mask, dropout=False), generator=0)
+    assert out.regression is not None and torch.allclose(out.loss, out.plan + 0.5 * out.regression)
+    changed = target.clone()
+    changed[0, 0, 2] += 5.0  # a given token's own target is not scored (it still enters as input)
+    changed_in = reg.loss(PlanExample(PlanRequest(prompt="x"), changed, mask, dropout=False), generator=0)
+    moved = target.clone()
+    moved[0, 0, 0] += 5.0  # a masked token's target is
+    moved_out = reg.loss(PlanExample(PlanRequest(prompt="x"), moved, mask, dropout=False), generator=0)
+    assert float(moved_out.regression.detach()) > float(out.regression.detach()) + 1.0
+    assert abs(float(changed_in.regression.detach()) - float(out.regression.detach())) < float(moved_out.regression.detach()) - float(out.regression.detach())
+    out.loss.backward()
+    assert float(reg.regression_head.weight.grad.abs().sum()) > 0
+    reg.save_pretrained(tmp_path / "reg")
+    again = SemanticPlanner.from_pretrained(tmp_path / "reg")
+    assert again.config.regression_weight == 0.5 and torch.equal(again.regression_head.weight, reg.regression_head.weight)
+    with pytest.raises(InputError, match="regression_weight"):
+        SemanticPlannerConfig(regression_weight=-1)
+    with pytest.raises(InputError, match="regression_weight"):
+        SemanticPlannerConfig(regression_weight=1, head="codebook")
+
+
 def test_full_mask_prob_masks_every_target_token():
     target = torch.randn(2, 2, 3, TOKEN_DIM)
     ex = [PlanExample(PlanRequest(prompt="x"), target, dropout=False) for _ in range(4)]

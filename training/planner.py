@@ -34,7 +34,7 @@ plan and the colour a small part of their loss.
 
     python -m training.planner --out DIR [--steps N] [--stop-at STEP] [--tiny] [--no-resume] [--eval-only]
                                [--head {flow,codebook}] [--codebook-size K] [--local-context K] [--init DIR]
-                               [--attribute-loss W] [--full-mask P] [--denoising-steps N]
+                               [--attribute-loss W] [--full-mask P] [--regression-loss W] [--denoising-steps N]
 
 Fully masked examples [PROPOSED] (``--full-mask P``, ``SemanticPlannerConfig.full_mask_prob``): a builtin-ViT token
 carries its whole frame's facts, so with part of the target revealed (the spec's ratio range) the planner reads
@@ -43,6 +43,11 @@ reveals nothing. Measured from the planner shipped before: the attribute read-ou
 steps on fully masked level-1 targets alone, but after 1,500 steps of the spec's ratio range (attribute loss on) it
 names the level-1 object's colour with nothing revealed on 12% of object tokens (chance 10%); with half the examples
 fully masked, 90% (weights/builtin/planner/card.md).
+
+Token regression [PROPOSED] (``--regression-loss W``, ``SemanticPlannerConfig.regression_weight``): a linear read-out
+of each masked token's head condition, scored by MSE against the token. It measures what the backbone passes on to a
+masked position (shown half a true plan, the shipped-recipe planner's read-out is worse than the mean of the revealed
+tokens: docs/BENCHMARKS.md) and gives the backbone that mean directly; training only.
 """
 
 from __future__ import annotations
@@ -203,6 +208,8 @@ def loss_fn(model: SemanticPlanner, batch: dict):
     logs = {f"loss_{batch['task']}": out.loss.detach()}
     if out.attributes is not None:
         logs[f"attributes_{batch['task']}"] = out.attributes.detach()
+    if out.regression is not None:
+        logs[f"regression_{batch['task']}"] = out.regression.detach()
     return out.loss, logs
 
 
@@ -309,6 +316,9 @@ def _options_text(recipe: PlannerRecipe) -> str:
         lines.append(f"- Attribute supervision [PROPOSED] (`--attribute-loss {c.attribute_weight:g}`): a linear read-out of each masked "
                      f"token's head condition names the colour / shape / presence of the object the builtin VLM reads on its "
                      f"target ({'/'.join(str(k) for k in c.attribute_classes)} classes).")
+    if c.regression_weight:
+        lines.append(f"- Token regression [PROPOSED] (`--regression-loss {c.regression_weight:g}`): a linear read-out of each masked "
+                     "token's head condition is scored by MSE against the token (training only).")
     return "".join("\n" + line for line in lines)
 
 
@@ -385,6 +395,9 @@ def parse_args(argv=None):
                          "width barely rotates at this size) or interleaved (Qwen3-VL) [PROPOSED]")
     ap.add_argument("--attribute-loss", type=float, metavar="W",
                     help="weight of the attribute supervision of the head conditions (0 = off, the spec's loss) [PROPOSED]")
+    ap.add_argument("--regression-loss", type=float, metavar="W",
+                    help="weight of a token regression from the head conditions (MSE to the masked token; 0 = off, the "
+                         "spec's loss; flow head only) [PROPOSED]")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     return args
@@ -428,6 +441,16 @@ def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resu
         raise InputError("--attribute-loss", args.attribute_loss, f"{args.out} holds a checkpoint "
                                                                   f"{'with' if saved.planner.attribute_classes else 'without'} the "
                                                                   "attribute read-out; resume without the flag, or pass --no-resume / a new --out")
+    reg = getattr(args, "regression_loss", None)
+    if reg is not None and not (np.isfinite(reg) and reg >= 0):
+        raise InputError("--regression-loss", reg, "use a weight >= 0 (0 = off)")
+    reg = keep.regression_weight if reg is None else float(reg)
+    if resuming and saved is not None and (reg > 0) != (saved.planner.regression_weight > 0):
+        raise InputError("--regression-loss", reg, f"{args.out} holds a checkpoint "
+                                                   f"{'with' if saved.planner.regression_weight > 0 else 'without'} the token "
+                                                   "regression read-out; resume without the flag, or pass --no-resume / a new --out")
+    if reg > 0 and (args.head or keep.head) != "flow":
+        raise InputError("--regression-loss", reg, "the token regression needs the flow head (drop --head codebook)")
     if args.init is not None and not (Path(args.init) / "config.json").is_file():
         raise InputError("--init", args.init, "pass a folder holding a saved planner (config.json + model.safetensors)")
     full = getattr(args, "full_mask", None)
@@ -451,13 +474,14 @@ def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resu
                                                    "resume without the flag, or pass --no-resume / a new --out")
     backbone = recipe.backbone if layout == recipe.backbone.mrope_layout else replace(recipe.backbone, mrope_layout=layout, mrope_section=None)
     return replace(recipe, planner=replace(recipe.planner, local_context=local, attribute_classes=tuple(classes),
-                                           attribute_weight=weight, full_mask_prob=full, denoising_steps=steps, img_cfg=img_cfg),
+                                           attribute_weight=weight, full_mask_prob=full, denoising_steps=steps, img_cfg=img_cfg,
+                                           regression_weight=reg),
                    backbone=backbone, init=recipe.init if args.init is None else args.init, init_raw=init_raw)
 
 
 def init_weights(model: SemanticPlanner, directory: str, raw: bool = False) -> None:
     """Copy a saved planner's weights into ``model``: every tensor must match, and only modules the saved
-    planner lacks (the local context, the attribute read-out) may be left at their fresh initialisation.
+    planner lacks (the local context, the attribute and regression read-outs) may be left at their fresh initialisation.
     ``raw``: the weights of the run's last checkpoint (``directory/run/checkpoint/model.safetensors``) instead of
     the saved EMA ones."""
     src = SemanticPlanner.from_pretrained(directory)
@@ -469,7 +493,7 @@ def init_weights(model: SemanticPlanner, directory: str, raw: bool = False) -> N
         missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
     except RuntimeError as e:  # a tensor of another shape (another width, grid or head)
         raise InputError("--init", directory, f"its weights do not fit this recipe's planner ({str(e).splitlines()[-1].strip()})") from None
-    fresh = [k for k in missing if not k.startswith(("local.", "attribute_head."))]
+    fresh = [k for k in missing if not k.startswith(("local.", "attribute_head.", "regression_head."))]
     if fresh or unexpected:
         raise InputError("--init", directory, f"its weights do not fit this recipe's planner (missing {fresh}, "
                                               f"unexpected {unexpected}); the sizes must match")

@@ -160,6 +160,11 @@ class SemanticPlannerConfig:
     # itself is still drawn by the flow head.
     attribute_classes: tuple[int, ...] = ()
     attribute_weight: float = 1.0
+    # [PROPOSED] weight of a token-regression loss: a linear read-out of each masked token's head condition is scored
+    # by MSE against the token itself. The flow loss teaches the backbone what a masked token is only through a noisy
+    # per-draw target; the regression gives it the token's mean directly (what its revealed neighbours say it is).
+    # Training only: the plan is still drawn by the flow head. 0 = off (the spec's loss).
+    regression_weight: float = 0.0
 
     def __post_init__(self):
         self.plan_grid = check_grid("plan_grid", self.plan_grid)
@@ -214,6 +219,11 @@ class SemanticPlannerConfig:
             raise InputError("attribute_classes", self.attribute_classes, "use label-group sizes >= 2, e.g. (10, 8), or () for off")
         if not _is_real(self.attribute_weight) or self.attribute_weight < 0:
             raise InputError("attribute_weight", self.attribute_weight, "use a finite number >= 0")
+        if not _is_real(self.regression_weight) or self.regression_weight < 0:
+            raise InputError("regression_weight", self.regression_weight, "use a finite number >= 0 (0 = off)")
+        if self.regression_weight > 0 and self.head != "flow":
+            raise InputError("regression_weight", self.regression_weight, "the token regression needs head='flow' "
+                                                                          "(a codebook head's targets are codes)")
         if self.keep_source is not None and (not _is_real(self.keep_source) or not 0 < self.keep_source <= 1):
             raise InputError("keep_source", self.keep_source, "use a probability in (0, 1], or None to regenerate every token")
 
@@ -283,8 +293,9 @@ class PlanExample:
 
 @dataclass
 class PlannerLoss:
-    """``loss = plan + cot_weight * cot + attribute_weight * attributes``; ``per_token`` holds the loss of each
-    masked target token (the flow loss, or the cross-entropy with ``head="codebook"``)."""
+    """``loss = plan + cot_weight * cot + attribute_weight * attributes + regression_weight * regression``;
+    ``per_token`` holds the loss of each masked target token (the flow loss, or the cross-entropy with
+    ``head="codebook"``)."""
 
     loss: torch.Tensor
     plan: torch.Tensor
@@ -292,6 +303,7 @@ class PlannerLoss:
     num_masked: int
     per_token: torch.Tensor
     attributes: torch.Tensor | None = None
+    regression: torch.Tensor | None = None
 
 
 @dataclass
@@ -342,6 +354,7 @@ class SemanticPlanner(nn.Module):
         self.for_vit = nn.Sequential(nn.Linear(h, h), nn.GELU(), nn.Linear(h, h), nn.RMSNorm(h, eps=1e-6), nn.Linear(h, h))
         self.local = LocalContext(h, c.local_context) if c.local_context else None
         self.attribute_head = nn.Linear(h, sum(c.attribute_classes)) if c.attribute_classes else None
+        self.regression_head = nn.Linear(h, c.token_dim) if c.regression_weight > 0 else None
         if c.head == "codebook":
             self.head = codebook_lib.CodebookHead(c.token_dim, h, c.codebook_size, c.head_width, c.head_depth)
         else:
@@ -577,7 +590,12 @@ class SemanticPlanner(nn.Module):
         if self.attribute_head is not None:
             attr_loss = self.attribute_loss(z, torch.cat(classes), torch.cat(masks))
             total = total + c.attribute_weight * attr_loss
-        return PlannerLoss(total, plan_loss, cot_loss, int(torch.cat(masks).sum()), per_token, attr_loss)
+        reg_loss = None
+        if self.regression_head is not None:
+            m = torch.cat(masks)
+            reg_loss = ((self.regression_head(z[m]).float() - torch.cat(targets)[m].float()) ** 2).mean()
+            total = total + c.regression_weight * reg_loss
+        return PlannerLoss(total, plan_loss, cot_loss, int(torch.cat(masks).sum()), per_token, attr_loss, reg_loss)
 
     def _token_classes(self, labels: torch.Tensor | None, grid: tuple[int, int, int], name: str) -> torch.Tensor:
         groups = len(self.config.attribute_classes)
