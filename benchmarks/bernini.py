@@ -113,7 +113,9 @@ def subject_match(res: dict, record: dict) -> bool:
                               for r in refs)
 
 
-def grade(frames: np.ndarray, pool, i: int, split_seed: int) -> dict:
+def grade(frames: np.ndarray, pool, i: int, split: str, split_seed: int) -> dict:
+    """The judge's reading of ``frames`` against item ``i`` of ``pool`` (drawn from ``split``), PSNR against the target
+    and, for an edit, outside the region of that same item's edited object."""
     from scorers.generation import edit_preservation, judge_against, psnr
     from training.bernini_data import edit_region
 
@@ -126,7 +128,7 @@ def grade(frames: np.ndarray, pool, i: int, split_seed: int) -> dict:
     if pool.task == "v2v":
         row["edit_kind"] = (pool.records[i].get("edit") or {}).get("kind")
         row["asked"] = asked_change(res, pool.records[i])
-        region = edit_region("test", split_seed, int(pool.index[i]), pool.cfg)
+        region = edit_region(split, split_seed, int(pool.index[i]), pool.cfg)
         row["psnr_outside_edit"] = None if region is None else min(edit_preservation(pool.source[i], frames, region)["psnr"], PSNR_CAP)
     return row
 
@@ -153,7 +155,7 @@ def run(args) -> list[dict]:
         seconds = time.perf_counter() - t0
         row = {"key": key, "item": i, "task": task, "method": method, "level": int(pool.level[i]), "text": pool.text[i],
                "n_refs": int(pool.n_refs[i]) if pool.n_refs is not None else 0,
-               "seconds": round(seconds, 3), **grade(frames, pool, i, args.seed)}
+               "seconds": round(seconds, 3), **grade(frames, pool, i, args.split, args.seed)}
         log.append([row])
         logger.info("%s: all right %s, %.1f s", key, row["all_correct"], seconds)
     return log.select(keys)

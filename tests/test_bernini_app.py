@@ -91,6 +91,17 @@ def test_benchmark_at_toy_scale(tmp_path):
         bench(["--n", "1", "--methods", "plan_rerank", "--plan-candidates", "0", "--out", str(out / "bad")])
 
 
+def test_benchmark_grades_an_edit_against_its_own_splits_region(tmp_path, monkeypatch):
+    """A VAL edit's "PSNR outside the edit" excludes that VAL item's edited object, not the TEST item's of the same index."""
+    import training.bernini_data as data
+    from benchmarks.bernini import main as bench
+
+    seen, real = [], data.edit_region
+    monkeypatch.setattr(data, "edit_region", lambda split, *a, **k: seen.append(split) or real(split, *a, **k))
+    assert bench(["--n", "1", "--split", "val", "--tasks", "v2v", "--methods", "copy_source", "--out", str(tmp_path / "b")]) == 0
+    assert seen == ["val"]
+
+
 def test_planner_settings_parse_and_name_a_bad_field():
     from benchmarks.planner_settings import FIELDS, parse_settings
 
