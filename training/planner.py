@@ -45,9 +45,9 @@ names the level-1 object's colour with nothing revealed on 12% of object tokens 
 fully masked, 90% (weights/builtin/planner/card.md).
 
 Token regression [PROPOSED] (``--regression-loss W``, ``SemanticPlannerConfig.regression_weight``): a linear read-out
-of each masked token's head condition, scored by MSE against the token. It measures what the backbone passes on to a
-masked position (shown half a true plan, the shipped-recipe planner's read-out is worse than the mean of the revealed
-tokens: docs/BENCHMARKS.md) and gives the backbone that mean directly; training only.
+of each masked token's head condition, scored by MSE against the token. It gives the backbone a direct target for
+what a masked token is, and measures what it passes on to a masked position (shown half a true plan, the interleaved
+planner fine-tuned with it reads worse than the plain mean of the revealed tokens: docs/BENCHMARKS.md); training only.
 """
 
 from __future__ import annotations
