@@ -109,3 +109,21 @@ def test_planner_settings_parse_and_name_a_bad_field():
     for bad in ("steps=4", "txt_cfg", "txt_cfg=high"):
         with pytest.raises(SystemExit, match="invalid --settings"):
             parse_settings(bad, FIELDS)
+
+
+def test_planner_settings_reads_plans_through_a_renderers_draft(tmp_path):
+    from benchmarks.planner_settings import main as settings
+    from renderers.builtin import BuiltinRenderer, BuiltinRendererConfig
+
+    tiny = dict(width=32, depth=2, heads=2, steps=2)
+    BuiltinRenderer(BuiltinRendererConfig(**tiny)).save_pretrained(tmp_path / "plain")
+    with pytest.raises(SystemExit, match="--draft"):  # no plan draft: refused before any planning
+        settings(["--n", "1", "--settings", "", "--draft", str(tmp_path / "plain"), "--out", str(tmp_path / "bad")])
+    BuiltinRenderer(BuiltinRendererConfig(**tiny, plan_draft=16, draft_kind="conv")).save_pretrained(tmp_path / "draft")
+    assert settings(["--n", "1", "--settings", "", "--draft", str(tmp_path / "draft"), "--out", str(tmp_path / "out")]) == 0
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {r["setting"] for r in res["rows"]} == {"truth", "saved"} and len(res["rows"]) == 6
+    for row in res["rows"]:
+        assert all(0.0 <= row[a] <= 1.0 for a in ("color", "shape", "direction", "size"))
+    assert set(res["summary"]["truth/t2v"]["drafted"]) == {"color", "shape", "direction", "size"}
+    assert "| truth | t2v | 1 |" in (tmp_path / "out" / "results.md").read_text()
