@@ -77,8 +77,8 @@ def run(args) -> list[dict]:
         configs = [dataclasses.replace(saved, **setting) for setting in [{}] + args.settings]
     except InputError as e:
         raise SystemExit(f"error: --settings: {e}") from None
+    drafted = draft_judge(args.draft) if args.draft else None  # a folder without a draft is refused before the pools
     pools, texts, rows = load_pools(args.split, args.seed, args.n, workers=1), TextStates(), []
-    drafted = draft_judge(args.draft) if args.draft else None
     if drafted is not None:
         for task, pool in pools.items():
             for i in range(min(args.n, len(pool))):
