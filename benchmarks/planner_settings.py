@@ -81,7 +81,7 @@ def run(args) -> list[dict]:
     pools, texts, rows = load_pools(args.split, args.seed, args.n, workers=1), TextStates(), []
     if drafted is not None:
         for task, pool in pools.items():
-            for i in range(min(args.n, len(pool))):
+            for i in tqdm(range(min(args.n, len(pool))), desc=f"truth {task}", unit="plan", leave=False):
                 rows.append({"setting": "truth", "task": task, "item": i, "cosine": 1.0,
                              **drafted(torch.from_numpy(pool.plan[i].astype(np.float32)), pool, i)})
     for setting, config in zip([{}] + args.settings, configs):

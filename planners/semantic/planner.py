@@ -574,10 +574,11 @@ class SemanticPlanner(nn.Module):
         hidden = states[-2]
         z = torch.cat([self._conditions(hidden[b, it["target_index"]]) + loc
                        for b, (it, loc) in enumerate(zip(items, locals_))])
+        target, mask = torch.cat(targets), torch.cat(masks)
         if discrete:
-            per_token = self.masked_code_loss(z, torch.cat(targets), torch.cat(masks))
+            per_token = self.masked_code_loss(z, target, mask)
         else:
-            per_token = self.masked_flow_loss(z, torch.cat(targets), torch.cat(masks), g)
+            per_token = self.masked_flow_loss(z, target, mask, g)
         plan_loss = per_token.mean()
         labels = batch_t["labels"]
         cot_loss = None
@@ -588,14 +589,13 @@ class SemanticPlanner(nn.Module):
         total = plan_loss + (c.cot_weight * cot_loss if cot_loss is not None else 0.0)
         attr_loss = None
         if self.attribute_head is not None:
-            attr_loss = self.attribute_loss(z, torch.cat(classes), torch.cat(masks))
+            attr_loss = self.attribute_loss(z, torch.cat(classes), mask)
             total = total + c.attribute_weight * attr_loss
         reg_loss = None
         if self.regression_head is not None:
-            m = torch.cat(masks)
-            reg_loss = ((self.regression_head(z[m]).float() - torch.cat(targets)[m].float()) ** 2).mean()
+            reg_loss = ((self.regression_head(z[mask]).float() - target[mask].float()) ** 2).mean()
             total = total + c.regression_weight * reg_loss
-        return PlannerLoss(total, plan_loss, cot_loss, int(torch.cat(masks).sum()), per_token, attr_loss, reg_loss)
+        return PlannerLoss(total, plan_loss, cot_loss, int(mask.sum()), per_token, attr_loss, reg_loss)
 
     def _token_classes(self, labels: torch.Tensor | None, grid: tuple[int, int, int], name: str) -> torch.Tensor:
         groups = len(self.config.attribute_classes)
