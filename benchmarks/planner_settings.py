@@ -78,7 +78,7 @@ def run(args) -> list[dict]:
     except InputError as e:
         raise SystemExit(f"error: --settings: {e}") from None
     drafted = draft_judge(args.draft) if args.draft else None  # a folder without a draft is refused before the pools
-    pools, texts, rows = load_pools(args.split, args.seed, args.n, workers=1), TextStates(), []
+    pools, texts, rows = load_pools(args.split, args.seed, args.n, workers=1, tasks=args.tasks), TextStates(), []
     if drafted is not None:
         for task, pool in pools.items():
             for i in tqdm(range(min(args.n, len(pool))), desc=f"truth {task}", unit="plan", leave=False):
@@ -168,6 +168,7 @@ def main(argv=None) -> int:
                     help="';'-separated settings, each ','-separated field=value (fields: %s)" % ", ".join(sorted(FIELDS)))
     ap.add_argument("--draft", type=Path, metavar="DIR",
                     help="also judge each plan decoded by the plan draft of the renderer saved in DIR (see above)")
+    ap.add_argument("--tasks", default="t2v,v2v,r2v", help="comma-separated tasks (default all three)")
     ap.add_argument("--seed", type=int, default=0, help="the pools' seed (training.bernini_data)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/planner_settings"))
@@ -179,6 +180,12 @@ def main(argv=None) -> int:
     if args.draft is not None and not args.draft.is_dir():
         ap.error(f"invalid --draft {str(args.draft)!r}: not a folder; give a saved builtin renderer with a plan draft")
     args.settings = parse_settings(args.settings, FIELDS)
+    from training.bernini_data import TASKS
+
+    args.tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
+    bad = sorted(set(args.tasks) - set(TASKS))
+    if bad or not args.tasks:
+        ap.error(f"invalid --tasks {','.join(bad) or repr('')}: choose among {','.join(TASKS)}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     rows = run(args)
     summary, markdown = summarise(rows, args.split)

@@ -127,3 +127,8 @@ def test_planner_settings_reads_plans_through_a_renderers_draft(tmp_path):
         assert all(0.0 <= row[a] <= 1.0 for a in ("color", "shape", "direction", "size"))
     assert set(res["summary"]["truth/t2v"]["drafted"]) == {"color", "shape", "direction", "size"}
     assert "| truth | t2v | 1 |" in (tmp_path / "out" / "results.md").read_text()
+    assert settings(["--n", "1", "--settings", "", "--tasks", "t2v", "--draft", str(tmp_path / "draft"), "--out", str(tmp_path / "t2v")]) == 0
+    res = json.loads((tmp_path / "t2v" / "results.json").read_text())
+    assert {r["task"] for r in res["rows"]} == {"t2v"} and len(res["rows"]) == 2
+    with pytest.raises(SystemExit):
+        settings(["--n", "1", "--tasks", "t2v,x2v", "--out", str(tmp_path / "bad_task")])

@@ -47,6 +47,25 @@ def test_planner_regression_loss_flag_trains_the_read_out_and_guards_resume(tmp_
     assert "--regression-loss 0.5" in (out / "card.md").read_text()
 
 
+def test_planner_position_mask_tokens_flag_sizes_the_table_and_guards_resume(tmp_path):
+    from planners.semantic import SemanticPlanner
+    from training.planner import main
+
+    out = tmp_path / "pos"
+    assert main(["--tiny", "--out", str(out), "--position-mask-tokens", "--stop-at", "2"]) == 0
+    planner = json.loads((out / "train_config.json").read_text())["planner"]
+    cells = planner["plan_grid"][0] * planner["plan_grid"][1] * planner["plan_grid"][2]
+    assert planner["position_mask_tokens"] and planner["num_mask_tokens"] == cells
+    plain = tmp_path / "plain"
+    assert main(["--tiny", "--out", str(plain), "--stop-at", "1"]) == 0
+    with pytest.raises(InputError, match="--position-mask-tokens"):  # its checkpoint holds one shared row
+        main(["--tiny", "--out", str(plain), "--position-mask-tokens"])
+    assert main(["--tiny", "--out", str(out)]) == 0  # resumes with its saved recipe
+    saved = SemanticPlanner.from_pretrained(out)
+    assert saved.config.position_mask_tokens and saved.mask_tokens.shape[1] == cells
+    assert "--position-mask-tokens" in (out / "card.md").read_text()
+
+
 def test_planner_attribute_loss_flag_trains_the_read_out_and_guards_resume(tmp_path):
     from planners.semantic import SemanticPlanner
     from training.planner import attribute_groups, main

@@ -476,6 +476,40 @@ def test_regression_loss_scores_masked_tokens_only_and_leaves_the_plan_alone(tmp
         SemanticPlannerConfig(regression_weight=1, head="codebook")
 
 
+def test_position_mask_tokens_give_each_masked_place_its_own_row_and_start_from_the_shared_one(tmp_path):
+    from training.planner import init_weights
+
+    plain = tiny_planner().eval()
+    with torch.no_grad():  # a live head (a fresh one is zero-initialised: no gradient reaches the conditions)
+        for w in plain.head.parameters():
+            w.normal_(0, 0.1, generator=torch.Generator().manual_seed(w.numel()))
+    plain.save_pretrained(tmp_path / "plain")
+    placed = tiny_planner(position_mask_tokens=True, num_mask_tokens=6).eval()
+    init_weights(placed, str(tmp_path / "plain"))  # every row starts as the shared one: the same planner
+    assert placed.mask_tokens.shape[1] == 6 and torch.equal(placed.mask_tokens[0, 5], plain.mask_tokens[0, 0])
+    a = plain.plan("a red square", generator=torch.Generator().manual_seed(3))
+    b = placed.plan("a red square", generator=torch.Generator().manual_seed(3))
+    assert torch.allclose(a.tokens, b.tokens, atol=1e-5)
+    target = torch.randn(1, 2, 3, TOKEN_DIM)
+    out = placed.loss(PlanExample(PlanRequest(prompt="x"), target, dropout=False), generator=0)
+    out.loss.backward()
+    grads = placed.mask_tokens.grad[0]
+    assert float(grads.abs().sum()) > 0 and not torch.allclose(grads[0], grads[1])  # each row learns its own place
+    with torch.no_grad():
+        placed.mask_tokens[0, 4] += 1.0  # a row reaches its own place only
+    c = placed.plan("a red square", generator=torch.Generator().manual_seed(3))
+    assert not torch.allclose(b.tokens, c.tokens)
+    placed.save_pretrained(tmp_path / "placed")
+    again = SemanticPlanner.from_pretrained(tmp_path / "placed")
+    assert again.config.position_mask_tokens and torch.equal(again.mask_tokens, placed.mask_tokens)
+    with pytest.raises(InputError, match="grid"):  # more target places than rows
+        placed.plan("a red square", grid=(2, 2, 3), generator=torch.Generator().manual_seed(3))
+    with pytest.raises(InputError, match="num_mask_tokens"):
+        SemanticPlannerConfig(plan_grid=(1, 2, 3), position_mask_tokens=True, num_mask_tokens=5)
+    with pytest.raises(InputError, match="position_mask_tokens"):
+        SemanticPlannerConfig(position_mask_tokens="yes")
+
+
 def test_full_mask_prob_masks_every_target_token():
     target = torch.randn(2, 2, 3, TOKEN_DIM)
     ex = [PlanExample(PlanRequest(prompt="x"), target, dropout=False) for _ in range(4)]

@@ -48,6 +48,10 @@ Token regression [PROPOSED] (``--regression-loss W``, ``SemanticPlannerConfig.re
 of each masked token's head condition, scored by MSE against the token. It gives the backbone a direct target for
 what a masked token is, and measures what it passes on to a masked position (shown half a true plan, the interleaved
 planner fine-tuned with it reads worse than the plain mean of the revealed tokens: docs/BENCHMARKS.md); training only.
+
+Per-position mask rows [PROPOSED] (``--position-mask-tokens``, ``SemanticPlannerConfig.position_mask_tokens``): masked
+target position k enters as row k of the mask-token table instead of the release's shared row 0, so the backbone is
+told outright where each masked token sits (a ViT token's position-dependent part; the config's docstring).
 """
 
 from __future__ import annotations
@@ -319,6 +323,9 @@ def _options_text(recipe: PlannerRecipe) -> str:
     if c.regression_weight:
         lines.append(f"- Token regression [PROPOSED] (`--regression-loss {c.regression_weight:g}`): a linear read-out of each masked "
                      "token's head condition is scored by MSE against the token (training only).")
+    if c.position_mask_tokens:
+        lines.append(f"- Per-position mask rows [PROPOSED] (`--position-mask-tokens`): masked target position k enters as row k "
+                     f"of a {c.num_mask_tokens}-row mask-token table (SemanticPlannerConfig's docstring).")
     return "".join("\n" + line for line in lines)
 
 
@@ -398,6 +405,9 @@ def parse_args(argv=None):
     ap.add_argument("--regression-loss", type=float, metavar="W",
                     help="weight of a token regression from the head conditions (MSE to the masked token; 0 = off, the "
                          "spec's loss; flow head only) [PROPOSED]")
+    ap.add_argument("--position-mask-tokens", action="store_true",
+                    help="each masked target position enters as its own learned mask row, not one shared row (a fine-tune "
+                         "from a planner without them starts every row at its shared one) [PROPOSED]")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     return args
@@ -468,6 +478,13 @@ def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resu
     init_raw = bool(getattr(args, "init_raw", False)) or recipe.init_raw
     if init_raw and args.init is not None and not (Path(args.init) / "run" / "checkpoint" / "model.safetensors").is_file():
         raise InputError("--init-raw", args.init, "that folder holds no run checkpoint (run/checkpoint/model.safetensors)")
+    by_position = bool(getattr(args, "position_mask_tokens", False)) or keep.position_mask_tokens
+    if resuming and saved is not None and by_position != saved.planner.position_mask_tokens:
+        raise InputError("--position-mask-tokens", by_position, f"{args.out} holds a checkpoint "
+                                                                f"{'with' if saved.planner.position_mask_tokens else 'without'} "
+                                                                "per-position mask rows; resume without the flag, or pass --no-resume / a new --out")
+    grid = recipe.planner.plan_grid
+    rows = max(recipe.planner.num_mask_tokens, grid[0] * grid[1] * grid[2]) if by_position else recipe.planner.num_mask_tokens
     layout = getattr(args, "mrope_layout", None) or keep_bb.mrope_layout
     if resuming and saved is not None and layout != saved.backbone.mrope_layout:
         raise InputError("--mrope-layout", layout, f"{args.out} holds a checkpoint trained with {saved.backbone.mrope_layout!r}; "
@@ -475,7 +492,7 @@ def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resu
     backbone = recipe.backbone if layout == recipe.backbone.mrope_layout else replace(recipe.backbone, mrope_layout=layout, mrope_section=None)
     return replace(recipe, planner=replace(recipe.planner, local_context=local, attribute_classes=tuple(classes),
                                            attribute_weight=weight, full_mask_prob=full, denoising_steps=steps, img_cfg=img_cfg,
-                                           regression_weight=reg),
+                                           regression_weight=reg, position_mask_tokens=by_position, num_mask_tokens=rows),
                    backbone=backbone, init=recipe.init if args.init is None else args.init, init_raw=init_raw)
 
 
@@ -489,8 +506,11 @@ def init_weights(model: SemanticPlanner, directory: str, raw: bool = False) -> N
         from core.weights_io import load_state_dict
 
         src.load_state_dict(load_state_dict(Path(directory) / "run" / "checkpoint" / "model.safetensors"))
+    state = src.state_dict()
+    if model.config.position_mask_tokens and not src.config.position_mask_tokens:  # every row starts as the shared one
+        state["mask_tokens"] = state["mask_tokens"][:, :1].expand_as(model.mask_tokens).clone()
     try:
-        missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
+        missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as e:  # a tensor of another shape (another width, grid or head)
         raise InputError("--init", directory, f"its weights do not fit this recipe's planner ({str(e).splitlines()[-1].strip()})") from None
     fresh = [k for k in missing if not k.startswith(("local.", "attribute_head.", "regression_head."))]
