@@ -35,15 +35,16 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.vlm_perception
 
 # Train the built-in models from scratch (the cards give each one's time on this machine); resumes if interrupted.
-# The Bernini renderer and planner (~1.5 h each on one core) train on pools cached in outputs/bernini_data.
+# The Bernini renderer (~1.5 h on one core) and planner (three runs, ~4 h) train on pools cached in outputs/bernini_data.
+PLANNER_FLAGS = --mrope-layout interleaved --attribute-loss 1 --full-mask 0.5 --denoising-steps 25 --img-cfg 2.5
 weights: $(STAMP)
 	$(PY) -m training.vit --out weights/builtin/vit
 	$(PY) -m training.vlm --out weights/builtin/vlm --vit weights/builtin/vit
 	$(PY) -m training.renderer --out weights/builtin/renderer
-	$(PY) -m training.planner --out outputs/train/planner_base
-	$(PY) -m training.planner --out outputs/train/planner_fine1 --init outputs/train/planner_base --attribute-loss 1 --full-mask 0.5 --denoising-steps 25 --steps 1500
-	$(PY) -m training.planner --out outputs/train/planner_fine2 --init outputs/train/planner_fine1 --attribute-loss 1 --full-mask 0.5 --denoising-steps 25 --steps 1500
-	$(PY) -m training.planner --out weights/builtin/planner --init outputs/train/planner_fine2 --attribute-loss 1 --full-mask 0.5 --denoising-steps 25 --steps 1500
+	$(PY) -m training.planner --out outputs/train/planner_irope_scratch $(PLANNER_FLAGS) --steps 4000
+	$(PY) -m training.planner --out outputs/train/planner_irope_lc5 --init outputs/train/planner_irope_scratch $(PLANNER_FLAGS) --regression-loss 1 --local-context 5 --steps 1500
+	$(PY) -m training.planner --out weights/builtin/planner --init outputs/train/planner_irope_lc5 $(PLANNER_FLAGS) --regression-loss 1 --local-context 5 --steps 8000 --stop-at 5000
+	$(PY) -m training.planner --out weights/builtin/planner --eval-only --txt-cfg 6
 	$(PY) -m training.skeleton_planner --out weights/builtin/skeleton_planner
 	$(PY) -m training.motion_renderer --out weights/builtin/motion_renderer
 	$(PY) -m training.humor_sft --out outputs/train/humor_sft_base

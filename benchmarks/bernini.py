@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import (RowLog, accuracy_cell, add_shard_arguments, command_line, group_rows, in_range, markdown_table,
+from benchmarks.common import (ArgumentsDiffer, RowLog, accuracy_cell, add_shard_arguments, command_line, group_rows, in_range, markdown_table,
                                merge_rows, paired_bootstrap, paired_cell, write_results)
 
 logger = logging.getLogger("benchmarks.bernini")
@@ -258,11 +258,14 @@ def main(argv=None) -> int:
         ap.error(f"unknown methods / tasks {bad}: methods are {list(METHODS)}, tasks t2v, v2v, r2v")
     if not 1 <= args.plan_candidates <= 16:
         ap.error(f"--plan-candidates {args.plan_candidates}: use 1 to 16 plans per clip")
-    if args.merge:
-        rows = in_range(merge_rows(args.merge, agree=("tasks", "planner", "renderer", "seed", "split"), item_key="key",
-                                   row_key=lambda r: r["key"]), args.items)
-    else:
-        rows = run(args)
+    try:  # rows are keyed by task, item and method, so shards of different tasks merge; other settings must agree
+        if args.merge:
+            rows = in_range(merge_rows(args.merge, agree=("planner", "renderer", "seed", "split"), item_key="key",
+                                       row_key=lambda r: r["key"]), args.items)
+        else:
+            rows = run(args)
+    except ArgumentsDiffer as e:  # a resumed --out or merged folders made with other settings
+        ap.error(str(e))
     summary, md = summarise(rows)
     write_results(args.out, {"command": command_line("benchmarks.bernini", argv)}, summary, rows, md)
     print(md)

@@ -102,6 +102,22 @@ def test_benchmark_grades_an_edit_against_its_own_splits_region(tmp_path, monkey
     assert seen == ["val"]
 
 
+def test_benchmark_merges_shards_of_other_tasks_and_refuses_other_settings(tmp_path):
+    from benchmarks.bernini import main as bench
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert bench(["--n", "1", "--tasks", "v2v", "--methods", "copy_source", "--out", str(a)]) == 0
+    assert bench(["--start", "1", "--n", "1", "--tasks", "v2v,t2v", "--methods", "copy_source", "--out", str(b)]) == 0
+    assert bench(["--merge", str(a), str(b), "--out", str(tmp_path / "m")]) == 0  # rows are keyed by task: other --tasks merge
+    res = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert sorted(r["key"] for r in res["rows"]) == ["v2v:0:copy_source", "v2v:1:copy_source"]
+    header = json.loads((b / "run.json").read_text())
+    (b / "run.json").write_text(json.dumps({**header, "planner": "elsewhere"}))
+    with pytest.raises(SystemExit):  # another planner's rows: a clear error, no traceback
+        bench(["--merge", str(a), str(b), "--out", str(tmp_path / "m2")])
+    assert not (tmp_path / "m2").exists()
+
+
 def test_planner_settings_parse_and_name_a_bad_field():
     from benchmarks.planner_settings import FIELDS, parse_settings
 

@@ -87,8 +87,11 @@ def test_planner_attribute_loss_flag_trains_the_read_out_and_guards_resume(tmp_p
     assert main(["--tiny", "--out", str(full), "--full-mask", "0.5"]) == 0
     assert SemanticPlanner.from_pretrained(full).config.full_mask_prob == 0.5
     # an inference setting: --eval-only may change it on the saved model
-    assert main(["--tiny", "--out", str(full), "--eval-only", "--denoising-steps", "4"]) == 0
+    assert main(["--tiny", "--out", str(full), "--eval-only", "--denoising-steps", "4", "--txt-cfg", "6"]) == 0
     assert SemanticPlanner.from_pretrained(full).config.denoising_steps == 4
+    assert SemanticPlanner.from_pretrained(full).config.txt_cfg == 6
+    with pytest.raises(InputError, match="--txt-cfg"):
+        main(["--tiny", "--out", str(full), "--eval-only", "--txt-cfg", "0.5"])
     assert json.loads((full / "train_config.json").read_text())["planner"]["denoising_steps"] == 4
     with pytest.raises(InputError, match="--denoising-steps"):
         main(["--tiny", "--out", str(full), "--eval-only", "--denoising-steps", "0"])

@@ -314,6 +314,9 @@ def _options_text(recipe: PlannerRecipe) -> str:
     if recipe.backbone.mrope_layout == "interleaved":
         lines.append("- Interleaved M-RoPE [PROPOSED for this backbone; Qwen3-VL's layout] (`--mrope-layout interleaved`): every grid "
                      "axis gets fast rotary frequencies (TinyBackboneConfig's docstring).")
+    if c.local_context:
+        lines.append(f"- Local context [PROPOSED] (`--local-context {c.local_context}`): a {c.local_context}x{c.local_context}x"
+                     f"{c.local_context} convolution over the target grid (and an edit's aligned source) joins each head condition.")
     if c.full_mask_prob:
         lines.append(f"- {c.full_mask_prob:g} of the examples fully masked [PROPOSED] (`--full-mask`; training/planner.py's docstring).")
     if c.attribute_classes:
@@ -389,6 +392,9 @@ def parse_args(argv=None):
     ap.add_argument("--init-raw", action="store_true",
                     help="with --init: start from that run's raw weights (DIR/run/checkpoint/model.safetensors), not its "
                          "saved EMA weights, which still hold part of the weights it started from")
+    ap.add_argument("--txt-cfg", type=float, metavar="S",
+                    help="guidance scale of the instruction over the sources when planning (an edit's or references' "
+                         "text; saved in the model's config, an inference setting like --img-cfg; default 1.4)")
     ap.add_argument("--img-cfg", type=float, metavar="S",
                     help="guidance scale of the prompt and sources when planning (saved in the model's config; an inference "
                          "setting like --denoising-steps; default 1.2)")
@@ -432,8 +438,8 @@ def head_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resumi
 
 
 def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resuming: bool) -> PlannerRecipe:
-    """``recipe`` with ``--local-context``, ``--attribute-loss``, ``--full-mask``, ``--denoising-steps``, ``--mrope-layout``
-    and ``--init`` applied; a resumed run cannot change the model's shape (the local context, the attribute read-out)
+    """``recipe`` with ``--local-context``, ``--attribute-loss``, ``--full-mask``, ``--denoising-steps``, ``--img-cfg``,
+    ``--txt-cfg``, ``--regression-loss``, ``--position-mask-tokens``, ``--mrope-layout`` and ``--init`` applied; a resumed run cannot change the model's shape (the local context, the attribute read-out)
     or its positions (the rotary layout)."""
     local = recipe.planner.local_context if args.local_context is None else args.local_context
     if resuming and saved is not None and local != saved.planner.local_context:
@@ -475,6 +481,10 @@ def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resu
     if img_cfg is not None and not (np.isfinite(img_cfg) and img_cfg >= 1):
         raise InputError("--img-cfg", img_cfg, "use a guidance scale >= 1 (1 = no guidance), e.g. 2.5")
     img_cfg = keep.img_cfg if img_cfg is None else img_cfg
+    txt_cfg = getattr(args, "txt_cfg", None)
+    if txt_cfg is not None and not (np.isfinite(txt_cfg) and txt_cfg >= 1):
+        raise InputError("--txt-cfg", txt_cfg, "use a guidance scale >= 1 (1 = no guidance), e.g. 6")
+    txt_cfg = keep.txt_cfg if txt_cfg is None else txt_cfg
     init_raw = bool(getattr(args, "init_raw", False)) or recipe.init_raw
     if init_raw and args.init is not None and not (Path(args.init) / "run" / "checkpoint" / "model.safetensors").is_file():
         raise InputError("--init-raw", args.init, "that folder holds no run checkpoint (run/checkpoint/model.safetensors)")
@@ -492,6 +502,7 @@ def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resu
     backbone = recipe.backbone if layout == recipe.backbone.mrope_layout else replace(recipe.backbone, mrope_layout=layout, mrope_section=None)
     return replace(recipe, planner=replace(recipe.planner, local_context=local, attribute_classes=tuple(classes),
                                            attribute_weight=weight, full_mask_prob=full, denoising_steps=steps, img_cfg=img_cfg,
+                                           txt_cfg=txt_cfg,
                                            regression_weight=reg, position_mask_tokens=by_position, num_mask_tokens=rows),
                    backbone=backbone, init=recipe.init if args.init is None else args.init, init_raw=init_raw)
 
@@ -545,9 +556,11 @@ def main(argv=None) -> int:
         if "codebook" in old:  # the VAL quantisation numbers measured when the codebook was fitted
             facts["codebook"] = old["codebook"]
         model = SemanticPlanner.from_pretrained(out)
-        if (model.config.denoising_steps, model.config.img_cfg) != (recipe.planner.denoising_steps, recipe.planner.img_cfg):
-            # --denoising-steps / --img-cfg on a saved model: inference settings
-            model.config.denoising_steps, model.config.img_cfg = recipe.planner.denoising_steps, recipe.planner.img_cfg
+        settings = ("denoising_steps", "img_cfg", "txt_cfg")
+        if any(getattr(model.config, k) != getattr(recipe.planner, k) for k in settings):
+            # --denoising-steps / --img-cfg / --txt-cfg on a saved model: inference settings
+            for k in settings:
+                setattr(model.config, k, getattr(recipe.planner, k))
             model.save_pretrained(out)
         final_eval(out, recipe, model, texts, facts)
         return 0
