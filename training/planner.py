@@ -439,8 +439,9 @@ def head_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resumi
 
 def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resuming: bool) -> PlannerRecipe:
     """``recipe`` with ``--local-context``, ``--attribute-loss``, ``--full-mask``, ``--denoising-steps``, ``--img-cfg``,
-    ``--txt-cfg``, ``--regression-loss``, ``--position-mask-tokens``, ``--mrope-layout`` and ``--init`` applied; a resumed run cannot change the model's shape (the local context, the attribute read-out)
-    or its positions (the rotary layout)."""
+    ``--txt-cfg``, ``--regression-loss``, ``--position-mask-tokens``, ``--mrope-layout`` and ``--init`` applied; a resumed
+    run cannot change the model's shape (the local context, the read-outs, the mask rows) or its positions (the rotary
+    layout)."""
     local = recipe.planner.local_context if args.local_context is None else args.local_context
     if resuming and saved is not None and local != saved.planner.local_context:
         raise InputError("--local-context", local, f"{args.out} holds a checkpoint with local_context "
