@@ -437,6 +437,16 @@ def head_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resumi
     return replace(recipe, planner=replace(p, head=head, codebook_size=size))
 
 
+def _guidance_flag(args, name: str, kept: float, example: float) -> float:
+    """``--img-cfg`` / ``--txt-cfg``: the flag's guidance scale (>= 1), or ``kept`` when it is not given."""
+    value = getattr(args, name, None)
+    if value is None:
+        return kept
+    if not (np.isfinite(value) and value >= 1):
+        raise InputError("--" + name.replace("_", "-"), value, f"use a guidance scale >= 1 (1 = no guidance), e.g. {example:g}")
+    return value
+
+
 def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resuming: bool) -> PlannerRecipe:
     """``recipe`` with ``--local-context``, ``--attribute-loss``, ``--full-mask``, ``--denoising-steps``, ``--img-cfg``,
     ``--txt-cfg``, ``--regression-loss``, ``--position-mask-tokens``, ``--mrope-layout`` and ``--init`` applied; a resumed
@@ -478,14 +488,8 @@ def option_recipe(recipe: PlannerRecipe, args, saved: PlannerRecipe | None, resu
     if steps is not None and steps < 1:
         raise InputError("--denoising-steps", steps, "use a positive number of Euler steps (e.g. 25)")
     steps = keep.denoising_steps if steps is None else steps
-    img_cfg = getattr(args, "img_cfg", None)
-    if img_cfg is not None and not (np.isfinite(img_cfg) and img_cfg >= 1):
-        raise InputError("--img-cfg", img_cfg, "use a guidance scale >= 1 (1 = no guidance), e.g. 2.5")
-    img_cfg = keep.img_cfg if img_cfg is None else img_cfg
-    txt_cfg = getattr(args, "txt_cfg", None)
-    if txt_cfg is not None and not (np.isfinite(txt_cfg) and txt_cfg >= 1):
-        raise InputError("--txt-cfg", txt_cfg, "use a guidance scale >= 1 (1 = no guidance), e.g. 6")
-    txt_cfg = keep.txt_cfg if txt_cfg is None else txt_cfg
+    img_cfg = _guidance_flag(args, "img_cfg", keep.img_cfg, 2.5)
+    txt_cfg = _guidance_flag(args, "txt_cfg", keep.txt_cfg, 6)
     init_raw = bool(getattr(args, "init_raw", False)) or recipe.init_raw
     if init_raw and args.init is not None and not (Path(args.init) / "run" / "checkpoint" / "model.safetensors").is_file():
         raise InputError("--init-raw", args.init, "that folder holds no run checkpoint (run/checkpoint/model.safetensors)")
