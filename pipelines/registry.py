@@ -185,9 +185,10 @@ class PipelineApp:
             else:
                 known = sorted([*names_in, *settings, *comp, *RUN_OPTIONS])
                 raise InputError(f"{self.verb} argument {key!r}", value, f"known arguments: {known}")
-        missing = [i.name for i in self.inputs if i.required and inputs.get(i.name) in (None, "", [])]
+        missing = [i for i in self.inputs if i.required and inputs.get(i.name) in (None, "", [])]
         if missing:
-            raise InputError(f"{self.verb} arguments", sorted(args), f"missing {missing}")
+            more = f"; also give {[i.name for i in missing[1:]]}" if missing[1:] else ""
+            raise InputError(missing[0].name, inputs.get(missing[0].name), f"required: {missing[0].help}{more}")
         return inputs, config, components, options
 
 

@@ -67,6 +67,10 @@ def test_cli_errors_exit_codes(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["video", "nope"])
     assert e.value.code == 2
+    # an empty required input is named, with what to give, before any model loads
+    assert main(["generate", "", "-o", str(tmp_path / "g")]) == 2
+    err = capsys.readouterr().err
+    assert "prompt=''" in err and "required: what to show" in err and not (tmp_path / "g").exists()
 
 
 def test_web_app_answers_on_localhost(tmp_path):
