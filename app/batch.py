@@ -200,6 +200,8 @@ def read_manifest(path: str | Path) -> list[dict]:
             item = json.loads(line)
         except json.JSONDecodeError as e:
             raise InputError(where, line[:80], f"not valid JSON ({e.msg})") from None
+        except RecursionError:  # json nests by recursion: thousands of "[" exhaust the stack
+            raise InputError(where, line[:80], "nested too deeply to read; an item is one flat object of args") from None
         if not isinstance(item, dict) or "verb" not in item:
             raise InputError(where, line[:80], 'each line is an object like {"verb": "video.probe", "args": {...}}')
         if not isinstance(item["verb"], str):
@@ -236,11 +238,15 @@ def finished_ids(out_dir: Path) -> set[str]:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut short by a crash
-            if rec.get("status") == "ok" and (Path(out_dir) / rec["id"]).is_dir():
+            if rec.get("status") == "ok" and _safe_name(rec.get("id")) and _owned(Path(out_dir) / rec["id"]):
                 done.add(rec["id"])
             elif rec.get("status") == "failed":
                 done.discard(rec["id"])
     return done
+
+
+def _safe_name(item_id: object) -> bool:
+    return isinstance(item_id, str) and bool(_SAFE_ID.match(item_id))
 
 
 def _drop_torn_tail(status: Path) -> None:
@@ -288,15 +294,21 @@ def _relative_files(folder: Path) -> list[str]:
 
 
 def _remove_owned(folder: Path) -> bool:
-    """Remove ``folder`` if the runner wrote it (it carries the marker) or it is empty; else keep it."""
+    """Remove ``folder`` if the runner wrote it (it carries the marker); else keep it, even empty."""
     if _owned(folder):
         shutil.rmtree(folder)
         return True
-    try:
-        folder.rmdir()  # an empty folder holds nothing to lose (a crash right after mkdir)
-        return True
-    except OSError:
-        return False
+    return False
+
+
+def _make_work_folder(work: Path, item: dict) -> None:
+    """Create ``work`` with its marker already inside (made under a temporary name, then renamed), so a
+    crash never leaves a folder of ours without the marker that says so."""
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix=".atelier-new-", dir=work.parent))
+    (tmp / ITEM_MARKER).write_text(json.dumps({"id": item["id"], "verb": item["verb"]}) + "\n")
+    os.rename(tmp, work)
 
 
 def _input_paths(items: list[dict]) -> Iterator[tuple[Path, str, dict]]:
@@ -317,6 +329,8 @@ def _path_max(folder: Path) -> int:
 def prepare_out_dir(out_dir: str | Path, manifest: str | Path, items: list[dict]) -> Path:
     """Check and create ``out_dir`` before any compute; every problem is one InputError naming -o/--out.
     Returns it absolute, so records name the same folders whichever engine (and node) wrote them."""
+    if out_dir is None or not str(out_dir).strip():  # Path("") is the current folder: never write there unasked
+        raise InputError("-o/--out", out_dir, "pass an output folder, e.g. -o results/")
     out = Path(out_dir).absolute()
     target = out.resolve()
     if target == Path(manifest).resolve():
@@ -330,6 +344,9 @@ def prepare_out_dir(out_dir: str | Path, manifest: str | Path, items: list[dict]
             raise InputError("-o/--out", str(out), "it is a file; name a folder (created if missing)")
         out.mkdir(parents=True, exist_ok=True)
         status, marker = out / STATUS_FILE, out / OUT_MARKER
+        for path in (status, marker):
+            if path.is_symlink() or (path.exists() and not path.is_file()):  # appending would write into someone else's file
+                raise InputError("-o/--out", str(out), f"its {path.name} is a link or a folder, not written by atelier batch; name another folder")
         if not marker.is_file():
             if status.exists() and not _is_status_file(status):
                 raise InputError("-o/--out", str(out), f"it holds a {STATUS_FILE} not written by atelier batch; name another folder")
@@ -434,8 +451,7 @@ def _run_item(item: dict, out_dir: Path, verbs: dict[str, BatchVerb] = VERBS) ->
         _check_replaceable(final)  # before any compute
         if work.exists() and not _remove_owned(work):
             raise MediaError(work, "exists and was not written by atelier batch", "move it or choose another -o")
-        work.mkdir()
-        (work / ITEM_MARKER).write_text(json.dumps({"id": item["id"], "verb": item["verb"]}) + "\n")
+        _make_work_folder(work, item)
         result = verbs[item["verb"]].run(dict(item["args"]), work)
         (work / "result.json").write_text(json.dumps(result, indent=2, default=str).replace(str(work), str(final)))
         (work / ITEM_MARKER).write_text(json.dumps({"id": item["id"], "verb": item["verb"], "files": _relative_files(work)}) + "\n")

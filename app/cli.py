@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 failure (including any failed batch item), 2 usage error.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import signal
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=8, help="number of frames (default 8)")
     p.add_argument("--height", type=int, help="resize to this height, keeping the aspect ratio")
     p.add_argument("-o", "--out", default="frames", help="output folder (default ./frames)")
+    _add_overwrite(p)
     _add_common(p)
     p.set_defaults(func=_cmd_video_sample)
     p = vsub.add_parser("overlay", help="draw masks / motion / a caption onto a video", description="Write an H.264 mp4 with masks drawn on every frame: from a DAVIS folder of palette PNGs (--masks) or from OpenCV background subtraction (--motion); optional caption. Streams, so any length works.")
@@ -97,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--caption", help="text drawn at the bottom of every frame")
     p.add_argument("--alpha", type=float, default=0.5, help="mask opacity in [0, 1] (default 0.5)")
     p.add_argument("--height", type=int, help="resize to this height")
+    _add_overwrite(p)
     _add_common(p)
     p.set_defaults(func=_cmd_video_overlay)
 
@@ -133,8 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="loopback interface to bind (default 127.0.0.1); another address also needs --allow-remote")
     p.add_argument("--allow-remote", action="store_true", help="permit a non-loopback --host (the demo has no authentication)")
     p.add_argument("--port", type=_port, default=7860, help="TCP port, 1-65535 (default 7860)")
-    p.add_argument("--max-video-seconds", type=float, default=600.0, help="reject longer uploads (default 600)")
-    p.add_argument("--max-file-size", default="500mb", help="upload size limit (default 500mb)")
+    p.add_argument("--max-video-seconds", type=float, default=600.0, metavar="SECONDS", help="reject longer uploads (above 0; default 600)")
+    p.add_argument("--max-file-size", default="500mb", help="upload size limit: 500mb, 2gb or a number of bytes (default 500mb)")
+    p.add_argument("--keep-files", type=float, default=60.0, metavar="MINUTES",
+                   help="delete uploads and served results older than this (default 60; checked every few minutes, all deleted when the server stops)")
     p.add_argument("--vlm", action="append", default=[], metavar="PATH", help="also offer this VLM checkpoint (directory or HF cache id) in the web tabs; repeatable")
     _add_common(p)
     p.set_defaults(func=_cmd_serve)
@@ -234,9 +239,15 @@ def _add_pipeline_verb(sub, app) -> None:
                    + (" (or NAME.mp4: the clip there, the rest in the folder NAME/)" if app.video_output else ""))
     for flag, _, text in app.file_outputs:
         p.add_argument(flag, dest=f"fileout_{flag.lstrip('-').replace('-', '_')}", metavar="FILE", help=text)
+    _add_overwrite(p)
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_common(p)
     p.set_defaults(func=_cmd_pipeline, app=app)
+
+
+def _add_overwrite(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files of the same names that atelier did not write (by default the run refuses before it starts)")
 
 
 def _typed(setting):
@@ -344,9 +355,9 @@ def _cmd_pipeline(args) -> int:
     import shutil
     import tempfile
 
-    from core.atomic import atomic_path
+    from core.outputs import publish_file
 
-    out_dir, video_file = args.out, _video_out(app, args.out)
+    out_dir, video_file = args.out, _video_out(app, args.out, args.overwrite)
     if video_file is not None:
         out_dir = video_file.with_suffix("")
     extra = _file_outputs(app, args)
@@ -354,16 +365,17 @@ def _cmd_pipeline(args) -> int:
     if extra and out_dir is None:  # the run needs a folder to save into before its files are copied out
         scratch = out_dir = tempfile.mkdtemp(prefix="atelier-run-")
     try:
-        _, summary = run_app(app, values, out_dir=out_dir)
+        _, summary = run_app(app, values, out_dir=out_dir, overwrite=args.overwrite)
         if video_file is not None:
-            with atomic_path(video_file) as tmp:
+            with publish_file(video_file, "--out", args.overwrite) as tmp:
                 shutil.copyfile(Path(summary["files"][f"{app.video_output}.mp4"]), tmp)
             summary["files"] = {"video": str(video_file), **summary["files"]}
         for name, path in extra.items():
             if name not in summary["files"]:
                 print(f"atelier: this run wrote no {name}; {path} was not written", file=sys.stderr)
                 continue
-            with atomic_path(path) as tmp:
+            flag = next(f for f, n, _ in app.file_outputs if n == name)
+            with publish_file(path, flag, args.overwrite) as tmp:
                 shutil.copyfile(summary["files"][name], tmp)
             summary["files"] = {**summary["files"], f"{name} (copy)": str(path)}
     finally:
@@ -376,9 +388,9 @@ def _cmd_pipeline(args) -> int:
 
 
 def _file_outputs(app, args) -> dict[str, Path]:
-    """The extra files asked for (``app.file_outputs``), each checked before any compute: a new file, or one
-    an earlier run of ours wrote (same kind of JSON), never something else."""
-    from core.errors import InputError
+    """The extra files asked for (``app.file_outputs``), each checked before any compute: a new file, or
+    one atelier wrote and nobody changed since, or anything with --overwrite."""
+    from core.outputs import check_file
     from core.paths import check_output_file
 
     out = {}
@@ -387,32 +399,21 @@ def _file_outputs(app, args) -> dict[str, Path]:
         if not value:
             continue
         path = check_output_file(value, flag, tuple(Path(name).suffixes[-1:]))
-        if path.exists() and not _ours(path):
-            raise InputError(flag, str(path), "exists and was not written by atelier; pass a new file name")
+        check_file(path, flag, args.overwrite)
         out[name] = path
     return out
 
 
-def _ours(path: Path) -> bool:
-    """A COCO keypoint file this program writes (``pipelines.base``'s keypoint saver): annotations + the person category."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and set(data) == {"annotations", "categories"} and data["categories"] == [{"id": 1, "name": "person"}]
-
-
-def _video_out(app, out: str | None) -> Path | None:
+def _video_out(app, out: str | None, overwrite: bool = False) -> Path | None:
     """``-o NAME.mp4`` for an app with a video output: the file, checked before any compute (an existing
-    one only when a run of ours wrote it, i.e. NAME/result.json is beside it); else None (a folder)."""
-    from core.errors import InputError
+    one only when atelier wrote it, or with --overwrite); else None (a folder)."""
+    from core.outputs import check_file
     from core.paths import check_output_file
 
     if not out or not app.video_output or Path(out).suffix.lower() != ".mp4":
         return None
     path = check_output_file(out, "--out", (".mp4",))
-    if path.exists() and not (path.with_suffix("") / "result.json").is_file():
-        raise InputError("--out", str(path), "exists and was not written by atelier; pass a new file name")
+    check_file(path, "--out", overwrite)
     return path
 
 
@@ -426,7 +427,7 @@ def _cmd_video_probe(args) -> int:
 def _cmd_video_sample(args) -> int:
     from app.video_tools import sample
 
-    res = sample(args.video, args.out, n=args.n, height=args.height)
+    res = sample(args.video, args.out, n=args.n, height=args.height, overwrite=args.overwrite)
     _emit(args, res, f"wrote {len(res['frames'])} frames and {res['contact_sheet']}")
     return 0
 
@@ -434,7 +435,8 @@ def _cmd_video_sample(args) -> int:
 def _cmd_video_overlay(args) -> int:
     from app.video_tools import overlay
 
-    res = overlay(args.video, args.out, masks=args.masks, motion=args.motion, caption=args.caption, alpha=args.alpha, height=args.height)
+    res = overlay(args.video, args.out, masks=args.masks, motion=args.motion, caption=args.caption, alpha=args.alpha, height=args.height,
+                  overwrite=args.overwrite)
     _emit(args, res, f"wrote {res['output']} ({res['num_frames']} frames)")
     return 0
 
@@ -460,13 +462,16 @@ def _cmd_serve(args) -> int:
     from app.web import launch
 
     launch(host=args.host, allow_remote=args.allow_remote, port=args.port, max_video_seconds=args.max_video_seconds, max_file_size=args.max_file_size,
-           models=("builtin", *args.vlm))
+           models=("builtin", *args.vlm), keep_files_minutes=args.keep_files)
     return 0
 
 
 def _cmd_train(args) -> int:
+    from core.errors import InputError
     from training.common import check_out_dir, check_vit_dir, default_out
 
+    if args.steps is not None and args.steps < 1:  # 0 or fewer steps would "train" nothing and still exit 0
+        raise InputError("--steps", args.steps, "train for at least 1 step, e.g. --steps 20 (or leave it out for the recipe's)")
     # refuse a bad --out / --vit before loading anything: the shipped weights only when named
     out = check_out_dir(args.out or default_out(args.model), args.model, explicit=args.out is not None)
     if args.model.startswith(("humor-", "gelvr-")):
@@ -607,7 +612,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if isinstance(e, ValueError) else 1
     except OSError as e:  # a disk or permission problem met mid-run: one line, never a traceback
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        print(f"atelier {args.verb}: error: {where}{e.strerror or e}", file=sys.stderr)
+        fix = "; free some space or write elsewhere (-o/--out), then run again" if e.errno == errno.ENOSPC else ""
+        print(f"atelier {args.verb}: error: {where}{e.strerror or e}{fix}", file=sys.stderr)
         return 1
     except MemoryError:
         print(f"atelier {args.verb}: error: out of memory; ask for less (fewer frames, a smaller grid or size)", file=sys.stderr)
@@ -615,6 +621,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug of ours: one line for the user, the traceback only with --verbose
+        logging.getLogger("atelier").debug("internal error", exc_info=True)
+        print(f"atelier {args.verb}: internal error: {type(e).__name__}: {_one_line(e)[:300]} (this is a bug in atelier; "
+              "re-run with -v to see where, and please report it)", file=sys.stderr)
+        return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
 

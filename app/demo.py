@@ -13,6 +13,9 @@ import numpy as np
 
 from app import video_tools
 from app.gallery import Gallery, Section
+from core.errors import InputError
+from core.outputs import is_ours
+from core.paths import check_output_dir
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +40,9 @@ def _synthetic_clip(path: Path) -> Path:
 
 
 def run_demo(out: str | Path, video: str | Path | None = None) -> Path:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(out, "--out")
+    if any(out.iterdir()) and not is_ours(out / "index.html"):  # only a new, empty or earlier demo folder
+        raise InputError("--out", str(out), "holds files but no demo of ours (index.html); pick a new or empty folder")
     if video is None:
         video = DEFAULT_CLIP if DEFAULT_CLIP.is_file() else _synthetic_clip(out / "synthetic_clip.mp4")
         if video != DEFAULT_CLIP:

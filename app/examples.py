@@ -1,12 +1,14 @@
 """Example inputs for the web tabs: synthetic clips the built-in models know, made on first use.
 
 The app (not the pipelines) owns these because they come from ``worldgen``, which pipelines never
-see. Clips are written once per process into a temporary folder.
+see. Clips are written once per process into a temporary folder, removed when the process exits.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +16,9 @@ from pathlib import Path
 
 @functools.lru_cache(maxsize=1)
 def _folder() -> Path:
-    return Path(tempfile.mkdtemp(prefix="atelier-examples-"))
+    folder = Path(tempfile.mkdtemp(prefix="atelier-examples-"))
+    atexit.register(shutil.rmtree, folder, True)  # the server's examples go with its process, not later
+    return folder
 
 
 @functools.lru_cache(maxsize=1)

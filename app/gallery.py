@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.atomic import write_text_atomic
+from core.outputs import publish_file
 
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 section{border-top:1px solid #ddd;padding:1em 0}img,video{max-width:100%;border-radius:4px;margin:4px 0}
@@ -49,4 +49,6 @@ class Gallery:
             if s.data is not None:
                 parts.append(f"<pre>{html.escape(json.dumps(s.data, indent=2, default=str))}</pre>")
             parts.append("</section>")
-        return write_text_atomic(self.root / "index.html", "\n".join(parts) + "\n")
+        with publish_file(self.root / "index.html") as tmp:  # recorded as ours: a later demo may replace it
+            tmp.write_text("\n".join(parts) + "\n")
+        return self.root / "index.html"

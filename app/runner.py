@@ -34,13 +34,20 @@ def check_media(app: PipelineApp, inputs: dict) -> None:
 
 def build(app: PipelineApp, components: dict, options: dict, config: dict):
     """The pipeline an app call runs (components by name: an instance, a folder, a cache id or None)."""
+    from pipelines.registry import parse_run_option
+
+    # strictly: bool("false") is True, and a manifest's "false" must never turn remote code on
+    trust = parse_run_option("trust_remote_code", options.get("trust_remote_code")) or False
     return app.pipeline_class.build(options.get("pipeline"), device=options.get("device"), dtype=options.get("dtype"),
-                                    trust_remote_code=bool(options.get("trust_remote_code", False)),
+                                    trust_remote_code=trust,
                                     components=components, config=config, defaults=app.defaults)
 
 
-def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | None = None, callback: Any = None):
-    """Run ``app`` on ``args``; with ``out_dir``, save the output there. Returns ``(output, summary)``."""
+def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | None = None, callback: Any = None,
+            overwrite: bool = False):
+    """Run ``app`` on ``args``; with ``out_dir``, save the output there (a file atelier did not write is
+    replaced only with ``overwrite``). Returns ``(output, summary)``."""
+    from core.outputs import check_folder
     from pipelines.base import make_generator
 
     inputs, config, components, options = app.split_args(args)
@@ -48,11 +55,12 @@ def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | Non
     check_media(app, inputs)
     if out_dir is not None:
         out_dir = check_output_dir(out_dir, "--out")
+        check_folder(out_dir, app.pipeline_class.output_class().claims(), "--out", overwrite)
     pipe = build(app, components, options, config)
     pipe.set_progress_bar_config(disable=not options.get("progress", True))
     out = app.run(pipe, inputs, generator=generator, callback=callback)
     summary = app.summarize(out)
     if out_dir is not None:
-        out.save(out_dir)
+        out.save(out_dir, overwrite=overwrite)
         summary["files"] = out.files(out_dir)
     return out, summary

@@ -14,6 +14,10 @@ from scorers.vos import BOUND_TH, VOSResult, evaluate
 
 def vos(pred: str | Path, gt: str | Path, unsupervised: bool = False, bound_th: float = BOUND_TH) -> VOSResult:
     """J, F and J&F of predicted masks against ground truth (DAVIS-2017 semi-supervised protocol by default)."""
+    from core.values import check_finite, parse_bool
+
+    unsupervised = parse_bool("unsupervised", unsupervised)  # a manifest's "false" is truthy
+    check_finite("bound_th", bound_th)
     return evaluate(pred, gt, protocol="unsupervised" if unsupervised else "semi-supervised", bound_th=bound_th)
 
 

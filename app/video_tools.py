@@ -18,6 +18,7 @@ from core.frames import resize_frames
 from core.masks import read_mask_folder
 from core.memory import check_allocation
 from core.overlay import contact_sheet, draw_caption, draw_masks
+from core.outputs import check_file, check_folder, publish_file, publish_folder
 from core.paths import check_output_dir, check_output_file
 from core.video import Video, write_video
 
@@ -39,11 +40,21 @@ def probe(video: str | Path) -> dict:
         }
 
 
-def sample(video: str | Path, out_dir: str | Path, n: int = 8, height: int | None = None, columns: int = 4) -> dict:
-    """Save ``n`` uniformly sampled frames as PNGs plus a labelled contact sheet."""
+SAMPLE_CLAIMS = ("frame_*.png", "contact_sheet.png")
+
+
+def sample(video: str | Path, out_dir: str | Path, n: int = 8, height: int | None = None, columns: int = 4,
+           overwrite: bool = False) -> dict:
+    """Save ``n`` uniformly sampled frames as PNGs plus a labelled contact sheet (a file of those names
+    that atelier did not write is replaced only with ``overwrite``)."""
     from PIL import Image
 
+    from core.values import parse_bool
+
+    overwrite = parse_bool("overwrite", overwrite)  # a manifest's "false" is truthy: never let it replace files
+
     out_dir = check_output_dir(out_dir)
+    check_folder(out_dir, SAMPLE_CLAIMS, "--out", overwrite)
     with Video(video, height=height) as v:
         h, w = v.size
         if isinstance(n, int) and n > 0:  # PNGs of every frame plus the contact sheet hold them all at once
@@ -51,12 +62,14 @@ def sample(video: str | Path, out_dir: str | Path, n: int = 8, height: int | Non
         idx = v.sample_indices(n)
         frames = v.get_frames(idx)
         fps = v.fps
-    files = []
-    for i, frame in zip(idx, frames):
-        files.append(_save_png(out_dir / f"frame_{i:06d}.png", frame, Image))
-    labels = [f"#{i}  {i / fps:.2f}s" for i in idx]
-    sheet = _save_png(out_dir / "contact_sheet.png", contact_sheet(frames, columns, labels), Image)
-    return {"indices": idx, "times": [round(i / fps, 4) for i in idx], "frames": files, "contact_sheet": sheet}
+    names = [f"frame_{i:06d}.png" for i in idx]
+    with publish_folder(out_dir, SAMPLE_CLAIMS, "--out", overwrite) as stage:
+        for name, frame in zip(names, frames):
+            _save_png(stage / name, frame, Image)
+        labels = [f"#{i}  {i / fps:.2f}s" for i in idx]
+        _save_png(stage / "contact_sheet.png", contact_sheet(frames, columns, labels), Image)
+    return {"indices": idx, "times": [round(i / fps, 4) for i in idx], "frames": [str(out_dir / n) for n in names],
+            "contact_sheet": str(out_dir / "contact_sheet.png")}
 
 
 def overlay(
@@ -67,11 +80,17 @@ def overlay(
     caption: str | None = None,
     alpha: float = 0.5,
     height: int | None = None,
+    overwrite: bool = False,
 ) -> dict:
     """Write ``out`` (mp4): the video with masks from a DAVIS folder or from motion, and a caption.
 
-    Streams window by window, so memory stays bounded for long videos.
+    Streams window by window, so memory stays bounded for long videos. An existing ``out`` that
+    atelier did not write is replaced only with ``overwrite``.
     """
+    from core.values import parse_bool
+
+    # a manifest's "false" is truthy: read both strictly
+    motion, overwrite = parse_bool("motion", motion), parse_bool("overwrite", overwrite)
     if masks is not None and motion:
         raise InputError("motion", motion, "choose either --masks or --motion, not both")
     if not 0 <= alpha <= 1:
@@ -79,6 +98,7 @@ def overlay(
     out = check_output_file(out, suffixes=(".mp4",))
     if Path(video).resolve() == out.resolve():
         raise InputError("--out", str(out), "is the input video; choose another file name")
+    check_file(out, "--out", overwrite)
     v = Video(video, height=height)
     id_maps = None
     if masks is not None:
@@ -101,7 +121,8 @@ def overlay(
             yield from chunk
 
     try:
-        write_video(out, frames(), fps=v.fps)
+        with publish_file(out, "--out", overwrite) as tmp:
+            write_video(tmp, frames(), fps=v.fps)
     finally:
         v.close()
     result = {"output": str(out), "num_frames": len(v), "fps": round(v.fps, 4)}

@@ -31,10 +31,10 @@ def davis_palette() -> np.ndarray:
 
 def read_palette_png(path: str | Path) -> np.ndarray:
     """Read a palette (mode "P") PNG into an id map; pixel value = object id."""
-    from PIL import Image
+    from core.images import open_image
 
     try:
-        with Image.open(path) as im:
+        with open_image(path) as im:  # refuses an image over the pixel budget before decoding it
             if im.mode not in ("P", "L"):
                 raise MediaError(path, f"mask PNG has mode {im.mode!r}", "expected a palette ('P') or greyscale ('L') PNG of object ids")
             return np.array(im, dtype=np.uint8)

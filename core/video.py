@@ -313,13 +313,31 @@ class _ImageFilesReader(_Reader):
 
     def __init__(self, source: Path, files: list[Path], fps: float):
         self.source, self.files, self.fps, self.num_frames = str(source), files, fps, len(files)
+        self._check_decode_memory(files[0])
         self.src_size = self._load(0).shape[:2]
 
-    def _load(self, i: int) -> np.ndarray:
-        from PIL import Image, UnidentifiedImageError
+    @staticmethod
+    def _check_decode_memory(path: Path) -> None:
+        """Refuse, from the header alone, an image whose decode would not fit in memory (decoding a 13000 x 13000
+        PNG to RGB peaked at 1.8 GB, about 11 bytes a pixel: the file's image, its RGB copy and the array)."""
+        from PIL import UnidentifiedImageError
+
+        from core.images import open_image
 
         try:
-            with Image.open(self.files[i]) as im:
+            with open_image(path) as im:
+                width, height = im.size
+        except (UnidentifiedImageError, OSError):
+            return  # _load says what is wrong with the file
+        check_allocation(str(path), f"{width}x{height} pixels", width * height * 11, "downscale the image first")
+
+    def _load(self, i: int) -> np.ndarray:
+        from PIL import UnidentifiedImageError
+
+        from core.images import open_image
+
+        try:
+            with open_image(self.files[i]) as im:  # refuses an image over the pixel budget before decoding it
                 return np.asarray(im.convert("RGB"))
         except (UnidentifiedImageError, OSError) as e:
             raise VideoDecodeError(self.files[i], f"cannot read frame image: {e}") from None

@@ -16,11 +16,13 @@ whose fields declare how they are saved (``output_field(save=...)``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import inspect
 import json
 import logging
+import pickle
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ from tqdm.auto import tqdm
 
 from core.atomic import atomic_path, json_safe, write_json_atomic
 from core.device import select_device, select_dtype
-from core.errors import AtelierError, InputError
+from core.errors import AtelierError, InputError, MediaError
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,9 @@ class PipelineInterrupted(AtelierError):
 class ComponentSpec:
     """What a pipeline needs in one component slot.
 
-    ``protocol``: a ``runtime_checkable`` Protocol (or a class) the component must satisfy.
+    ``protocol``: a ``runtime_checkable`` Protocol (or a class) the component must satisfy; every
+    registered pipeline's slots name one (without it any loadable class fits the slot, tested in
+    tests/test_safety_foreign_code.py).
     ``loader``: ``"module:function"`` that turns a directory / cache id into a component (e.g.
     ``planners.loading:load_vlm`` tells a builtin VLM folder from a transformers checkpoint); used
     for overrides by path and for optional components absent from a saved index. Without one, an
@@ -71,7 +75,47 @@ class ComponentSpec:
         if self.loader is None:
             raise InputError(name, str(source), "this component has no loader for paths; pass an instance")
         module, _, func = self.loader.partition(":")
-        return getattr(importlib.import_module(module), func)(str(source), **kwargs)
+        loader = getattr(importlib.import_module(module), func)
+        with loading_errors(name, source, self.help):  # every slot's loader: one mapping of what a folder can raise
+            return loader(str(source), **kwargs)
+
+
+# What loading a foreign or damaged folder raises (transformers / diffusers / torch / safetensors /
+# json): a bad input, never a traceback. MemoryError and KeyboardInterrupt pass.
+LOAD_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError,
+                                                RuntimeError, EOFError, ImportError, pickle.UnpicklingError)
+try:  # a damaged .safetensors file: its error derives from Exception only
+    from safetensors import SafetensorError
+
+    LOAD_ERRORS += (SafetensorError,)
+except ImportError:
+    pass
+
+
+@contextlib.contextmanager
+def loading_errors(name: str, source: str | Path, what: str = ""):
+    """Turn a loader's failure on ``source`` into an ``InputError`` naming the slot and the folder;
+    a checkpoint that ships code it was not allowed to run says how to allow it."""
+    try:
+        yield
+    except InputError as e:
+        if e.name != name and str(e.value) == str(source):  # a shared loader names what it read it as ("vlm"): add the slot
+            raise InputError(f"{name} ({e.name})", e.value, e.hint) from None
+        raise
+    except MediaError as e:  # a file inside the folder: the user passed the folder, so name the slot
+        raise InputError(name, str(source), f"{e}; pass a folder this slot reads" + (f" ({what})" if what else "")) from None
+    except AtelierError:
+        raise  # already names its input
+    except LOAD_ERRORS as e:
+        text = str(e)
+        first = (text.strip().splitlines() or [""])[0][:300]
+        if "trust_remote_code" in text or "custom code" in text:
+            hint = ("this checkpoint ships its own Python code, which is not run: pass --trust-remote-code "
+                    "(trust_remote_code=True) only if you trust that code, or pass another checkpoint")
+        else:
+            hint = (f"cannot load it ({type(e).__name__}: {first}); pass a folder this slot reads"
+                    + (f" ({what})" if what else ""))
+        raise InputError(name, str(source), hint) from None
 
 
 def protocol_methods(protocol: type) -> list[str]:
@@ -135,12 +179,18 @@ def setting(default: Any = dataclasses.MISSING, *, help: str, choices: tuple | N
 
 
 def check_range(name: str, value: Any, bounds: tuple | None) -> None:
-    """``InputError`` when ``value`` lies outside the field's declared ``range``."""
-    if bounds is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+    """``InputError`` when ``value`` lies outside the field's declared ``range`` or is NaN / infinite (NaN
+    passes every ``<`` / ``>`` comparison, so it is refused first)."""
+    import numbers
+
+    from core.values import check_finite, is_bool
+
+    if is_bool(value) or not isinstance(value, numbers.Real):
         return
-    low, high = bounds
+    low, high = bounds if bounds is not None else (None, None)
+    span = f"{low if low is not None else '-inf'}..{high if high is not None else 'inf'}"
+    check_finite(name, value, span if bounds is not None else "")
     if (low is not None and value < low) or (high is not None and value > high):
-        span = f"{low if low is not None else '-inf'}..{high if high is not None else 'inf'}"
         raise InputError(name, value, f"use a value in {span}")
 
 
@@ -156,9 +206,17 @@ class PipelineConfig:
     renamed: ClassVar[dict[str, str]] = {}
 
     def check_fields(self) -> None:
-        """Declared ``choices`` and ``range`` of every field (subclasses call it from ``validate``)."""
+        """Every field's type (its annotation: a hand-edited ``pipeline.json`` may hold ``"lots"`` where an int
+        belongs), then its declared ``choices`` and ``range``; subclasses call it from ``__post_init__`` /
+        ``validate``, so a config built from a file, ``build`` or ``dataclasses.replace`` is checked alike."""
+        from core.values import check_type
+
+        cls = type(self)
+        if "_hints" not in cls.__dict__:  # annotations are strings here: resolve them once per class
+            cls._hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            check_type(f.name, value, cls._hints[f.name], None if f.default is dataclasses.MISSING else f.default)
             if f.metadata.get("choices") and value not in f.metadata["choices"]:
                 raise InputError(f.name, value, f"choose one of {list(f.metadata['choices'])}")
             check_range(f.name, value, f.metadata.get("range"))
@@ -196,6 +254,15 @@ class Pipeline:
             setattr(self, name, comp)
         self._progress_config: dict[str, Any] = {}
         self._interrupted = False
+
+    @classmethod
+    def output_class(cls) -> type:
+        """The output dataclass ``__call__`` returns, read from its annotation (its ``claims()`` say which
+        files a save will write, checked before the run)."""
+        import sys
+
+        hint = inspect.signature(cls.__call__).return_annotation
+        return getattr(sys.modules[cls.__module__], hint) if isinstance(hint, str) else hint
 
     @classmethod
     def component_names(cls) -> tuple[str, ...]:
@@ -261,7 +328,7 @@ class Pipeline:
                 components[name] = None
             else:
                 comp_cls = _component_class(saved[name], f"{index_path} components.{name}", spec)
-                components[name] = _load_with(comp_cls, index_path.parent / name, trust_remote_code)
+                components[name] = _load_with(comp_cls, index_path.parent / name, trust_remote_code, name)
         if config is None:
             config = config_from_dict(pipe_cls.config_class, index["config"], f"{index_path} config")
         pipe = pipe_cls(config=config, **components)
@@ -406,6 +473,11 @@ def config_from_dict(config_class: type, values: dict, where: str):
         return config_class(**values)
     except TypeError as e:
         raise InputError(where, values, f"settings do not fit {config_class.__name__} ({e})") from None
+    except InputError as e:
+        if e.name not in fields:
+            raise
+        # name the file and the key, so the user knows which entry of the index to fix
+        raise InputError(f"{where}.{e.name}", e.value, e.hint) from None
 
 
 def _import_object(path: str, where: str) -> Any:
@@ -462,13 +534,14 @@ def _import_pipeline_class(index: dict, index_path: Path) -> type:
     return cls
 
 
-def _load_with(comp_cls: type, source: Path, trust_remote_code: bool, **kwargs: Any):
+def _load_with(comp_cls: type, source: Path, trust_remote_code: bool, name: str = "component", **kwargs: Any):
     params = inspect.signature(comp_cls.from_pretrained).parameters
     # transformers / diffusers take it through **kwargs; our components' **kwargs are their settings
     hf_kwargs = comp_cls.__module__.split(".")[0] in ("transformers", "diffusers") and any(p.kind is p.VAR_KEYWORD for p in params.values())
     if "trust_remote_code" in params or hf_kwargs:
         kwargs["trust_remote_code"] = trust_remote_code
-    return comp_cls.from_pretrained(source, **kwargs)
+    with loading_errors(name, source, f"{comp_cls.__module__}.{comp_cls.__qualname__}"):
+        return comp_cls.from_pretrained(source, **kwargs)
 
 
 def _load_override(name: str, spec: ComponentSpec, source: str | Path, entry: Any, index_path: Path,
@@ -480,7 +553,7 @@ def _load_override(name: str, spec: ComponentSpec, source: str | Path, entry: An
     if entry is None:
         raise InputError(name, str(source), "this slot has no loader and the index names no class for it; pass an instance")
     comp_cls = _component_class(entry, f"{index_path} components.{name}", spec)
-    return _load_with(comp_cls, Path(source), trust_remote_code)
+    return _load_with(comp_cls, Path(source), trust_remote_code, name)
 
 
 _PIPELINE_CACHE: dict[tuple, Pipeline] = {}
@@ -541,37 +614,57 @@ class PipelineOutput:
     """
 
     config: dict | None = output_field("none", default=None, kw_only=True)
+    # glob stems of the images ``pictures()`` returns (``"meme_*"`` for meme_1 .. meme_N): the names a
+    # save claims before the run, so a user's file of such a name stops the run before its compute
+    PICTURES: ClassVar[tuple[str, ...]] = ()
 
-    def save(self, directory: str | Path, fps: float | None = None) -> Path:
-        """Write every field as declared into ``directory`` (created; files written atomically)."""
+    def save(self, directory: str | Path, fps: float | None = None, overwrite: bool = False) -> Path:
+        """Write every field as declared into ``directory`` (created; files written atomically). A file
+        there that atelier did not write is never replaced (``InputError``/``MediaError``) unless ``overwrite``."""
+        from core.outputs import publish_folder
+
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         fps = fps or getattr(self, "fps", None) or 8.0
-        scalars: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            kind, value = f.metadata.get("save", "json"), getattr(self, f.name)
-            if kind == "none" or (value is None and kind != "json"):
-                continue
-            if kind == "json":
-                scalars[f.name] = value
-            else:
-                _SAVERS[kind](directory, f.name, value, fps)
-        write_json_atomic(directory / "result.json", json_safe(scalars))
-        if self.config is not None:
-            write_json_atomic(directory / "config.json", json_safe(self.config))
-        for name, image in self.pictures().items():
-            if image is not None:
-                _save_image(directory, name, image, fps)
+        with publish_folder(directory, self.claims(), overwrite=overwrite) as stage:
+            scalars: dict[str, Any] = {}
+            for f in dataclasses.fields(self):
+                kind, value = f.metadata.get("save", "json"), getattr(self, f.name)
+                if kind == "none" or (value is None and kind != "json"):
+                    continue
+                if kind == "json":
+                    scalars[f.name] = value
+                else:
+                    _SAVERS[kind](stage, f.name, value, fps)
+            write_json_atomic(stage / "result.json", json_safe(scalars))
+            if self.config is not None:
+                write_json_atomic(stage / "config.json", json_safe(self.config))
+            for name, image in self.pictures().items():
+                if image is not None:
+                    _save_image(stage, name, image, fps)
         return directory
 
+    @classmethod
+    def claims(cls) -> list[str]:
+        """Glob patterns (relative to the output folder) of every file ``save`` may write."""
+        names = ["result.json", "config.json", *(f"{stem}.png" for stem in cls.PICTURES)]
+        for f in dataclasses.fields(cls):
+            kind = f.metadata.get("save", "json")
+            names += {"video": [f"{f.name}.mp4"], "image": [f"{f.name}.png"], "npy": [f"{f.name}.npy"],
+                      "keypoints": [f"{f.name}.coco.json"], "masks": [f"{f.name}/**", f"{f.name}.rle.json"]}.get(kind, [])
+        return names
+
     def pictures(self) -> dict[str, np.ndarray | None]:
-        """Derived RGB images written by ``save`` as ``<name>.png`` (none by default)."""
+        """Derived RGB images written by ``save`` as ``<name>.png`` (none by default; declare their
+        names in ``PICTURES``)."""
         return {}
 
     def files(self, directory: str | Path) -> dict[str, str]:
-        """The files ``save(directory)`` wrote, by name."""
+        """The files and folders ``save(directory)`` wrote at its top level, by name."""
+        from core.outputs import owned_files
+
         directory = Path(directory)
-        return {p.name: str(p) for p in sorted(directory.iterdir())} if directory.is_dir() else {}
+        tops = sorted({Path(rel).parts[0] for rel in owned_files(directory, self.claims())})
+        return {name: str(directory / name) for name in tops}
 
     def to_dict(self) -> dict[str, Any]:
         """Every JSON-saved field, JSON-safe (what ``result.json`` holds)."""
@@ -671,9 +764,13 @@ def _save_keypoints(directory: Path, name: str, value: Any, fps: float) -> None:
 
 
 def _save_npy(directory: Path, name: str, value: Any, fps: float) -> None:
+    import io
+
+    buffer = io.BytesIO()  # np.save straight to a file reports a full disk as "N requested and M written", no errno
+    np.save(buffer, np.asarray(value))
     with atomic_path(directory / f"{name}.npy") as tmp:
         with open(tmp, "wb") as fh:
-            np.save(fh, np.asarray(value))
+            fh.write(buffer.getbuffer())  # a full disk: OSError "No space left on device" with the path
 
 
 _SAVERS: dict[str, Callable[[Path, str, Any, float], None]] = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import types
 import typing
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from core.errors import InputError
+from core.values import check_finite, parse_bool
 
 if TYPE_CHECKING:
     import numpy as np
@@ -75,28 +77,37 @@ class Setting:
         if self.pair:
             parts = value.replace(",", " ").split() if isinstance(value, str) else value
             try:
-                h, w = (int(v) for v in parts)
+                if isinstance(parts, (str, bytes, dict)) or any(isinstance(v, bool) for v in parts):
+                    raise TypeError(value)
+                h, w = (_as_int(v) for v in parts)
             except (TypeError, ValueError):
                 raise InputError(self.name, value, "pass two integers: height width") from None
             return (h, w)
         if self.type is bool:
-            if isinstance(value, bool):
-                return value
-            raise InputError(self.name, value, "pass true or false")
+            return parse_bool(self.name, value)
         if self.type in (int, float):
             if isinstance(value, bool) or not isinstance(value, (int, float, str)):
                 raise InputError(self.name, value, f"pass a number ({self.type.__name__})")
             try:
                 number = float(value) if self.type is float else _as_int(value)
-            except ValueError:
+            except (ValueError, OverflowError):
                 raise InputError(self.name, value, f"pass a number ({self.type.__name__})") from None
+            check_finite(self.name, number, self._span())
             return number
         if not isinstance(value, str):
             raise InputError(self.name, value, "pass a string")
         return value
 
+    def _span(self) -> str:
+        if self.range is None:
+            return ""
+        low, high = self.range
+        return f"{low if low is not None else '-inf'}..{high if high is not None else 'inf'}"
+
 
 def _as_int(value: Any) -> int:
+    if isinstance(value, int):
+        return value  # exact: a large int must not round through float
     number = float(value)
     if not number.is_integer():
         raise ValueError(value)
@@ -181,7 +192,7 @@ class PipelineApp:
             elif key in comp or key in self.components:
                 components[comp.get(key, key)] = value
             elif key in RUN_OPTIONS:
-                options[key] = value
+                options[key] = parse_run_option(key, value)
             else:
                 known = sorted([*names_in, *settings, *comp, *RUN_OPTIONS])
                 raise InputError(f"{self.verb} argument {key!r}", value, f"known arguments: {known}")
@@ -194,6 +205,21 @@ class PipelineApp:
 
 # options every pipeline verb takes besides its inputs, settings and components
 RUN_OPTIONS = ("pipeline", "device", "dtype", "seed", "progress", "trust_remote_code")
+BOOL_RUN_OPTIONS = ("progress", "trust_remote_code")
+TEXT_RUN_OPTIONS = ("pipeline", "device", "dtype")
+
+
+def parse_run_option(key: str, value: Any) -> Any:
+    """A run option from a manifest or a form, checked: booleans strictly (``"false"`` is no way to say
+    false: ``bool("false")`` would turn remote code on), names as strings; ``seed`` is checked where the
+    generator is made. None keeps the default."""
+    if value is None:
+        return None
+    if key in BOOL_RUN_OPTIONS:
+        return parse_bool(key, value)
+    if key in TEXT_RUN_OPTIONS and not isinstance(value, (str, os.PathLike) if key == "pipeline" else str):
+        raise InputError(key, value, "pass a string (a folder, or a name such as 'cpu' / 'float32')")
+    return value
 
 
 def _field_type(hint: Any) -> tuple[type, bool, bool]:
@@ -224,4 +250,4 @@ def get_app(verb: str) -> PipelineApp:
     return apps()[verb]
 
 
-__all__ = ["PipelineApp", "Input", "Setting", "PIPELINE_APPS", "RUN_OPTIONS", "apps", "get_app"]
+__all__ = ["PipelineApp", "Input", "Setting", "PIPELINE_APPS", "RUN_OPTIONS", "apps", "get_app", "parse_run_option"]

@@ -30,6 +30,7 @@ from core.errors import InputError
 from planners import vmf
 
 MAX_SLOTS = 32  # the precursors use 4-32 (LVR 4/8/16, HyLaR up to 32)
+MAX_TEXT_CHARS = 2000  # as the other verbs: a longer question or option is a pasted file, not a question
 SLOT_NORMS = ("hidden", "image")
 
 
@@ -185,12 +186,18 @@ class LatentAnswer:
 def check_question(question: str, options) -> tuple[str, list[str]]:
     if not isinstance(question, str) or not question.strip():
         raise InputError("question", question, "ask a question, e.g. -q \"What colour is the small star right of the large triangle?\"")
+    if len(question) > MAX_TEXT_CHARS:
+        raise InputError("question", f"{len(question)} characters", f"keep it under {MAX_TEXT_CHARS} characters (it would not fit a model's prompt)")
     if isinstance(options, str) or not options:
         raise InputError("options", options, "pass the answer options as a list, e.g. --options red blue green yellow "
                                              "(the answer is read as a posterior over them)")
     options = [str(o) for o in options]
-    if len(options) < 2 or len(set(options)) < len(options):
-        raise InputError("options", options, "pass at least two distinct options")
+    for i, opt in enumerate(options):
+        if len(opt) > MAX_TEXT_CHARS:
+            raise InputError(f"options[{i}]", f"{len(opt)} characters", f"keep each option under {MAX_TEXT_CHARS} characters")
+    seen = [o.strip().casefold() for o in options]
+    if len(options) < 2 or len(set(seen)) < len(seen):  # "red", "Red" and "red " are one answer
+        raise InputError("options", options, "pass at least two distinct options (case and spaces aside)")
     return question.strip(), options
 
 

@@ -76,10 +76,26 @@ def _read(path: str | Path) -> list[dict]:
     try:
         text = path.read_text()
         if text.lstrip().startswith("["):
-            return list(json.loads(text))
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+            rows = json.loads(text)
+        else:
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     except (ValueError, UnicodeDecodeError) as e:
         raise MediaError(path, f"not JSON lines or a JSON list ({e})") from None
+    except RecursionError:
+        raise MediaError(path, "not JSON lines or a JSON list (nested too deeply to read)") from None
+    _check_rows(rows, str(path))
+    return rows
+
+
+def _check_rows(rows: Sequence[Any], source: str) -> None:
+    """Each row is an object; a number or a list would fail later with a TypeError far from its cause."""
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            shown = row if len(repr(row)) <= 60 else f"{repr(row)[:57]}..."
+            raise InputError(f"{source} record {i + 1}", shown, 'each record is an object such as {"question_id": "1", "label": "A"}')
+        opts = row.get("options")
+        if opts is not None and not isinstance(opts, list):
+            raise InputError(f"{source} record {i + 1} options", opts, 'options is a list of the option texts, e.g. ["red", "blue"]')
 
 
 def _id(row: dict, where: str) -> str:
@@ -94,6 +110,8 @@ def mcq_accuracy(questions: str | Path | Sequence[dict], predictions: str | Path
     """``{"overall": Accuracy, <category>: Accuracy, ...}`` over every question (a missing prediction is wrong)."""
     qs = _read(questions) if isinstance(questions, (str, Path)) else list(questions)
     ps = _read(predictions) if isinstance(predictions, (str, Path)) else list(predictions)
+    _check_rows(qs, "questions")
+    _check_rows(ps, "predictions")
     pred = {_id(p, "predictions"): str(p.get("prediction", p.get("text", ""))) for p in ps}
     rows: dict[str, list[bool]] = {"overall": []}
     for q in qs:

@@ -114,7 +114,7 @@ def test_output_save_writes_every_artefact(tmp_path, video):
     out = pipe(video)
     out.save(tmp_path / "run")
     names = sorted(p.name for p in (tmp_path / "run").iterdir())
-    assert names == ["config.json", "embeddings.npy", "frames.mp4", "masks", "masks.rle.json", "result.json"]
+    assert names == [".atelier-output.json", "config.json", "embeddings.npy", "frames.mp4", "masks", "masks.rle.json", "result.json"]
     assert len(Video(tmp_path / "run" / "frames.mp4")) == 4
     assert len(list((tmp_path / "run" / "masks").glob("*.png"))) == 4
     rle = json.loads((tmp_path / "run" / "masks.rle.json").read_text())
@@ -142,7 +142,7 @@ def test_save_follows_declarations_not_shapes(tmp_path):
     kp[:, :, 2] = 2
     out = PoseOutput(keypoints=kp, image=np.zeros((8, 8, 3), np.uint8), raw=np.zeros((2, 2)), scratch=np.ones((4, 4, 3), np.uint8))
     out.save(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["image.png", "keypoints.coco.json", "raw.npy", "result.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".atelier-output.json", "image.png", "keypoints.coco.json", "raw.npy", "result.json"]
     coco = json.loads((tmp_path / "keypoints.coco.json").read_text())
     assert len(coco["annotations"]) == 2 and coco["annotations"][0]["num_keypoints"] == 17
     assert coco["annotations"][0]["keypoints"][:3] == [0, 1, 2]

@@ -25,9 +25,12 @@ without it raises ``MissingDependencyError`` naming the extra.
 - a folder holding one of Meta's released checkpoints under its released name (e.g.
   ``sam2.1_hiera_tiny.pt``) and no transformers ``config.json``: the package config of that name is used.
 
-Every ``_target_`` of a config must lie in the ``sam2`` package (a config can name any callable,
-so a foreign one is refused before anything is instantiated), and the predictor class is always
-``sam2.sam2_video_predictor.SAM2VideoPredictor``.
+A tracker folder is data, never code: hydra calls whatever a config's ``_target_`` names, so before
+anything is instantiated every ``_target_`` (in the YAML and in the overrides) must be one of the
+model classes the package's own configs build (``MODULES``, an exact allow-list: a prefix such as
+``sam2.`` would admit ``sam2.build_sam.torch.load``), the model itself is always
+``sam2.sam2_video_predictor.SAM2VideoPredictor``, and no other hydra key (``_args_``, ``_partial_``,
+...) nor a left-over interpolation may appear.
 
 **Frames stream from the video.** ``SAM2VideoPredictor.init_state`` decodes and preprocesses the
 whole video into one tensor (about 12 MB per frame at 1024 px); the session builds the same
@@ -75,6 +78,7 @@ import contextlib
 import io
 import json
 import pickle
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -94,6 +98,7 @@ from trackers.protocol import Prompt, SessionBase, TrackedFrame
 INDEX = "sam2_package.json"
 FORMAT, FORMAT_VERSION = "sam2-package", 1
 PREDICTOR = "sam2.sam2_video_predictor.SAM2VideoPredictor"
+BASE_MODEL = "sam2.modeling.sam2_base.SAM2Base"  # what the package configs name; the predictor replaces it
 # what sam2.build_sam.build_sam2_video_predictor adds to a config (apply_postprocessing=True)
 POSTPROCESSING = (
     "++model.sam_mask_decoder_extra_args.dynamic_multimask_via_stability=true",
@@ -113,6 +118,21 @@ RELEASED = {
     "sam2.1_hiera_base_plus.pt": "configs/sam2.1/sam2.1_hiera_b+.yaml",
     "sam2.1_hiera_large.pt": "configs/sam2.1/sam2.1_hiera_l.yaml",
 }
+# Every _target_ the package's model configs (configs/sam2*/*.yaml, sam2_hiera_*.yaml) use below
+# ``model``: the only classes a folder's config may build. Exact names, never prefixes.
+MODULES = frozenset({
+    "sam2.modeling.backbones.image_encoder.ImageEncoder",
+    "sam2.modeling.backbones.image_encoder.FpnNeck",
+    "sam2.modeling.backbones.hieradet.Hiera",
+    "sam2.modeling.position_encoding.PositionEmbeddingSine",
+    "sam2.modeling.memory_attention.MemoryAttention",
+    "sam2.modeling.memory_attention.MemoryAttentionLayer",
+    "sam2.modeling.sam.transformer.RoPEAttention",
+    "sam2.modeling.memory_encoder.MemoryEncoder",
+    "sam2.modeling.memory_encoder.MaskDownSampler",
+    "sam2.modeling.memory_encoder.Fuser",
+    "sam2.modeling.memory_encoder.CXBlock",
+})
 IMG_MEAN, IMG_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # the package's load_video_frames
 NO_OBJ_SCORE = -1024.0  # sam2.modeling.sam2_base.NO_OBJ_SCORE: "no output for this object here"
 
@@ -174,6 +194,7 @@ def read_layout(directory: str | Path) -> dict:
     overrides = layout.get("overrides", [])
     if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
         raise InputError(f"{index} overrides", overrides, "a list of hydra overrides such as '++model.image_size=512'")
+    check_overrides(overrides, f"{index} overrides")  # named by the file they came from
     post = layout.get("postprocessing", True)
     if not isinstance(post, bool):
         raise InputError(f"{index} postprocessing", post, "true or false")
@@ -185,45 +206,112 @@ def read_layout(directory: str | Path) -> dict:
 def compose_config(config: str | Path, overrides: Sequence[str] = (), postprocessing: bool = True) -> Any:
     """The resolved OmegaConf config of a video predictor: a package config (composed by hydra, as
     ``build_sam2_video_predictor`` does; the overrides come last so they win) or a YAML file (the
-    overrides merged as a dot-list)."""
+    overrides merged as a dot-list). Refuses anything that would make hydra call more than the
+    package's model classes (``check_targets``), before anything is instantiated."""
     _sam2()
     import yaml
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    check_overrides(overrides, "overrides")
     settings = [f"++model._target_={PREDICTOR}", *(POSTPROCESSING if postprocessing else ()), *overrides]
     if isinstance(config, Path):
         try:
             cfg = OmegaConf.load(config)
+            top = cfg.get("model") if isinstance(cfg, DictConfig) else None
+            target = top.get("_target_") if isinstance(top, DictConfig) else None
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([s.lstrip("+") for s in settings]))
-        except (OSError, yaml.YAMLError, OmegaConfBaseException) as e:
+        except (OSError, yaml.YAMLError, OmegaConfBaseException, ValueError) as e:
             raise InputError("config", str(config), f"not a readable sam2 config: {e}") from None
+        if target not in (None, PREDICTOR, BASE_MODEL):  # the merge replaced it: refuse it rather than hide it
+            raise InputError(f"{config} model._target_", target, "a tracker folder builds the sam2 video predictor only")
     else:
         from hydra import compose
         from hydra.errors import HydraException
 
         try:
             cfg = compose(config_name=config, overrides=list(settings))
-        except (HydraException, ValueError) as e:
+        except (HydraException, OmegaConfBaseException, ValueError) as e:
             raise InputError("config", config, f"{e}; name one under sam2/configs (e.g. configs/sam2.1/sam2.1_hiera_t.yaml)") from None
-    OmegaConf.resolve(cfg)
-    if "model" not in cfg:
+    try:  # a resolver may fail or return what a config cannot hold (oc.decode of a mapping into a string)
+        OmegaConf.resolve(cfg)
+        model = OmegaConf.to_container(cfg.model) if "model" in cfg else None
+    except (OmegaConfBaseException, ValueError) as e:
+        raise InputError("config", str(config), f"cannot resolve it: {e}") from None
+    if not isinstance(model, dict):
         raise InputError("config", str(config), "it has no 'model' section")
-    check_targets(OmegaConf.to_container(cfg.model), str(config))
+    check_targets(model, str(config))
     return cfg
 
 
-def check_targets(node: Any, where: str) -> None:
-    """Refuse any ``_target_`` outside the ``sam2`` package (instantiating one calls it)."""
+HYDRA_WORD = re.compile(r"(?<![A-Za-z0-9_])_[A-Za-z]+_(?![A-Za-z0-9_])")
+
+
+def _hydra_key(key: Any) -> bool:
+    """``_target_``, ``_args_``, ``_partial_``, ``_recursive_``, ``_convert_``: keys hydra acts on."""
+    return isinstance(key, str) and len(key) > 2 and key.startswith("_") and key.endswith("_")
+
+
+def check_target(target: Any, key: str, where: str) -> None:
+    """``model._target_`` must be the video predictor; every other ``_target_`` one of ``MODULES``."""
+    allowed = {PREDICTOR} if key == "model._target_" else MODULES
+    if target not in allowed:
+        raise InputError(f"{where} {key}", target, f"a tracker folder may only build the sam2 package's model classes "
+                                                   f"({'the video predictor' if key == 'model._target_' else 'the modules of its configs'}); "
+                                                   "use a config written by save_pretrained or one under sam2/configs")
+
+
+def check_targets(node: Any, where: str, key: str = "model") -> None:
+    """Walk the resolved ``model`` section (dicts and lists): every ``_target_`` on the allow-list,
+    no other hydra key (``_args_`` could feed a callable, ``_partial_`` / ``_recursive_`` /
+    ``_convert_`` change what it returns), and no string still holding ``${`` (an escaped
+    interpolation becomes live again once resolved, and could resolve to a ``_target_``)."""
     if isinstance(node, dict):
-        target = node.get("_target_")
-        if target is not None and not (isinstance(target, str) and target.startswith("sam2.")):
-            raise InputError(f"{where} _target_", target, "configs may only build classes of the sam2 package")
-        for value in node.values():
-            check_targets(value, where)
-    elif isinstance(node, list):
-        for value in node:
-            check_targets(value, where)
+        for name, value in node.items():
+            here = f"{key}.{name}"
+            if name == "_target_":
+                check_target(value, here, where)
+            elif _hydra_key(name):
+                raise InputError(f"{where} {here}", value, "hydra keys other than _target_ are refused in a tracker folder; remove it")
+            check_targets(value, where, here)
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            check_targets(value, where, f"{key}[{i}]")
+    elif isinstance(node, str) and "${" in node:
+        raise InputError(f"{where} {key}", node, "interpolations are refused in a tracker folder's config; write the value")
+
+
+def check_overrides(overrides: Sequence[str], where: str) -> None:
+    """Each override changes ``model.*`` only, sets a ``_target_`` to an allowed class only, and
+    holds no other hydra key, interpolation or mapping that could carry one (checked again on the
+    composed config; this names the override itself)."""
+    for override in overrides:
+        if not isinstance(override, str) or "=" not in override:
+            raise InputError(where, override, "a hydra override such as '++model.image_size=512'")
+        key, _, value = override.lstrip("+~").partition("=")
+        key, value = key.strip(), value.strip()
+        if not key.startswith("model."):
+            raise InputError(f"{where} {key}", value, "overrides may change the model only ('++model.<key>=<value>')")
+        if key.endswith("._target_"):
+            check_target(value, key, where)
+        elif any(_hydra_key(part) for part in key.split(".")):
+            raise InputError(f"{where} {key}", value, "hydra keys other than _target_ are refused in a tracker folder")
+        elif "${" in value or HYDRA_WORD.search(value):  # e.g. '{_target_: ...}' as a mapping value
+            raise InputError(f"{where} {key}", value, "override values may not carry hydra keys or interpolations; write plain values")
+
+
+def _instantiate(cfg: Any, where: str) -> Any:
+    """The video predictor of a checked config (``compose_config``); arguments its classes do not take
+    are a bad config, not a traceback."""
+    from hydra.errors import HydraException
+    from hydra.utils import instantiate
+
+    try:
+        return instantiate(cfg.model, _recursive_=True)
+    except (HydraException, TypeError, ValueError, RuntimeError, AssertionError) as e:
+        detail = " ".join(str(e).split())[:300]
+        raise InputError("config", where, f"does not build a SAM 2 video predictor ({detail}); "
+                                          "use a config written by save_pretrained or one under sam2/configs") from None
 
 
 def load_weights(predictor: torch.nn.Module, checkpoint: Path) -> None:
@@ -484,12 +572,9 @@ class Sam2PackageTracker:
                     device: Any = None, dtype: Any = None) -> Sam2PackageTracker:
         """A predictor with fresh (random) weights from a package config name or a YAML path, with
         hydra overrides (how tests build a tiny SAM 2.1)."""
-        _sam2()
-        from hydra.utils import instantiate
-
         cfg = compose_config(Path(config) if Path(config).suffix in (".yaml", ".yml") and Path(config).is_file() else str(config),
                              overrides, postprocessing)
-        predictor = instantiate(cfg.model, _recursive_=True)
+        predictor = _instantiate(cfg, str(config))
         return cls._placed(predictor, cfg, device, dtype)
 
     @classmethod
@@ -498,11 +583,8 @@ class Sam2PackageTracker:
         """Load a checkpoint folder (see the module docstring); ``device``/``dtype`` default to the
         best available (``core.device``: bfloat16 autocast on CUDA, float32 on the CPU)."""
         layout = read_layout(directory)
-        _sam2()
-        from hydra.utils import instantiate
-
         cfg = compose_config(layout["config"], [*layout["overrides"], *overrides], layout["postprocessing"])
-        predictor = instantiate(cfg.model, _recursive_=True)
+        predictor = _instantiate(cfg, str(layout["config"]))
         load_weights(predictor, layout["checkpoint"])
         return cls._placed(predictor, cfg, device, dtype)
 

@@ -146,6 +146,8 @@ def parse_entry_point(model: str, see: str, steps: int, argv, extra: Callable[[a
     if extra is not None:
         extra(ap)
     args = ap.parse_args(argv)
+    if getattr(args, "steps", None) is not None and args.steps < 1:  # 0 steps would save untrained weights as trained
+        ap.error(f"invalid --steps={args.steps}: train for at least 1 step")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     return args, check_out_dir(args.out or default_out(model), model, explicit=args.out is not None)
 
@@ -316,6 +318,8 @@ def parse_script(prog: str, description: str, default_out: str, argv=None,
     if extra is not None:
         extra(ap)
     args = ap.parse_args(argv)
+    if getattr(args, "steps", None) is not None and args.steps < 1:  # 0 steps would save untrained weights as trained
+        ap.error(f"invalid --steps={args.steps}: train for at least 1 step")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     return args
 

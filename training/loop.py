@@ -12,6 +12,7 @@ import copy
 import json
 import logging
 import math
+import pickle
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from core.atomic import write_json_atomic
+from core.errors import AtelierError, InputError
 from core.weights_io import load_state_dict, save_state_dict
 
 logger = logging.getLogger(__name__)
@@ -117,14 +119,22 @@ class Trainer:
         ck = self.out_dir / "checkpoint"
         if not (ck / "state.pt").is_file():
             return False
-        self.accelerator.unwrap_model(self.model).load_state_dict(load_state_dict(ck / "model.safetensors"))
-        if self.ema is not None and (ck / "ema.safetensors").is_file():
-            self.ema.load_state_dict(load_state_dict(ck / "ema.safetensors"))
-        state = torch.load(ck / "state.pt", weights_only=True)
-        self.opt.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-        self.step = int(state["step"])
-        self.history = json.loads(state["history"])
+        try:  # a folder the user copied weights or a foreign state.pt into: refuse it, never a traceback
+            # tensors and plain containers only (weights_only): a pickle's code never runs
+            state = torch.load(ck / "state.pt", weights_only=True)
+            if not isinstance(state, dict) or not {"step", "optimizer", "torch_rng", "history"} <= set(state):
+                raise ValueError("state.pt is not a training state (step, optimizer, torch_rng, history)")
+            self.accelerator.unwrap_model(self.model).load_state_dict(load_state_dict(ck / "model.safetensors"))
+            if self.ema is not None and (ck / "ema.safetensors").is_file():
+                self.ema.load_state_dict(load_state_dict(ck / "ema.safetensors"))
+            self.opt.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["torch_rng"])
+            self.step = int(state["step"])
+            self.history = json.loads(state["history"])
+        except (AtelierError, pickle.UnpicklingError, RuntimeError, ValueError, KeyError, TypeError, EOFError, OSError) as e:
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise InputError("--out", str(ck), f"this checkpoint was not written by this training run ({type(e).__name__}: {first}); "
+                                               "pass --no-resume to start over in it, or another --out") from None
         logger.info("resumed from %s at step %d", ck, self.step)
         return True
 

@@ -106,6 +106,8 @@ class AnyMotionOutput(PipelineOutput):
         source = self.source_video if self.source_video is not None else self.video
         return side_by_side(source, self.video, self.source_keypoints, self.target_keypoints, frames)
 
+    PICTURES = ('side_by_side',)
+
     def pictures(self) -> dict[str, np.ndarray | None]:
         return {"side_by_side": self.side_by_side()}
 

@@ -53,6 +53,15 @@ class Planner(Protocol):
     def plan(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
+@runtime_checkable
+class PlanEncoder(Protocol):
+    """What the encoder slot needs: ``encode_visual`` a source into the planner's ViT tokens (the
+    builtin encoder also has ``encode_prompt`` / ``plan_text_score``, asked for where used). A slot
+    without a protocol would take any loadable class, e.g. ``transformers.PretrainedConfig``."""
+
+    def encode_visual(self, frames: Any, kind: str | None = None) -> Any: ...
+
+
 @dataclass
 class BerniniConfig(PipelineConfig):
     """Settings of a Bernini call; None takes the task's default (``pipelines.bernini.tasks``)."""
@@ -108,6 +117,8 @@ class BerniniOutput(PipelineOutput):
 
         return None if self.plan_tokens is None else plan_picture(self.plan_tokens, self.video, self.plan_frames)
 
+    PICTURES = ('plan', 'frames')
+
     def pictures(self) -> dict[str, np.ndarray | None]:
         return {"plan": self.plan_picture(), "frames": _frame_sheet(self.video)}
 
@@ -144,7 +155,7 @@ class BerniniPipeline(Pipeline):
                                  help="semantic planner: 'builtin' or a Bernini planner folder (empty: render from the text alone)"),
         "renderer": ComponentSpec(Renderer, "renderers.loading:load_renderer",
                                   help="renderer: 'builtin' or a Bernini-R / Wan diffusers folder"),
-        "encoder": ComponentSpec(None, "planners.semantic.loading:load_plan_encoder", optional=True,
+        "encoder": ComponentSpec(PlanEncoder, "planners.semantic.loading:load_plan_encoder", optional=True,
                                  help="how the builtin planner reads prompts and sources ('builtin'; a Qwen-VL planner needs none)"),
     }
     config_class = BerniniConfig

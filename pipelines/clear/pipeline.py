@@ -121,6 +121,8 @@ class ClearOutput(PipelineOutput):
 
         return timeline_image(self.modes, self.events, present=(self.masks.reshape(len(self.masks), -1) > 0).any(1))
 
+    PICTURES = ('timeline',)
+
     def pictures(self) -> dict[str, np.ndarray | None]:
         return {"timeline": self.timeline()}
 

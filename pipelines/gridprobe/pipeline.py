@@ -100,8 +100,8 @@ class GridProbeConfig(PipelineConfig):
 
     def validate(self) -> None:
         """Raise ``InputError`` naming the first bad field."""
+        self.check_fields()  # types first: the rules below compare and compute with the values
         layout = GridLayout(self.grid)
-        self.check_fields()
         # the budget helpers own the gamma / min_frames / max_frames rules: ask them on a flat map
         select_budget(self.budget_rule, np.ones(layout.size), self.gamma, self.min_frames, self.max_frames)
         check_scale("probe_scale", self.probe_scale)
@@ -216,6 +216,8 @@ class GridProbeOutput(PipelineOutput):
     def posterior_image(self) -> np.ndarray:
         """The focused pass's option probabilities as a bar chart, the answer's bar highlighted."""
         return posterior_chart(self.options, self.posterior, self.answer_index)
+
+    PICTURES = ('importance_map', 'selected_frames', 'posterior')
 
     def pictures(self) -> dict[str, np.ndarray | None]:
         return {"importance_map": self.heatmap(), "selected_frames": self.strip(), "posterior": self.posterior_image()}

@@ -94,6 +94,8 @@ class HumorOutput(PipelineOutput):
 
         return gallery(self.memes, self.rewards, columns)
 
+    PICTURES = ('meme_*', 'gallery')
+
     def pictures(self) -> dict[str, np.ndarray | None]:
         pics: dict[str, np.ndarray | None] = {f"meme_{k + 1}": m for k, m in enumerate(self.memes)}
         if self.memes:

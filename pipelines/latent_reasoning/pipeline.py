@@ -86,6 +86,8 @@ class LatentReasoningOutput(PipelineOutput):
 
         return [overlay(self.image, a) for a in self.attention]
 
+    PICTURES = ('slots', 'zoom')
+
     def pictures(self) -> dict[str, np.ndarray | None]:
         return {"slots": self.picture(), "zoom": self.zoom()}
 
