@@ -67,6 +67,9 @@ def _load_builtin(path: Path | None, device: str | None, dtype: str | None) -> A
 
         vlm = builtin.load_builtin_vlm(device=device) if path is None else builtin.BuiltinVisionLanguageModel.from_pretrained(path, device=device)
     except (ImportError, AttributeError, OSError, AtelierError) as e:
+        if path is not None:  # the user's folder, not the shipped weights: name it, and no `make weights` advice
+            raise InputError("vlm", str(path), f"a builtin VLM folder that does not load ({type(e).__name__}: {e}); "
+                                               "pass a folder written by `atelier train vlm`") from None
         raise BuiltinUnavailableError(
             f"the builtin VLM is not available ({type(e).__name__}: {e}); pass --vlm PATH (a transformers VLM "
             "checkpoint directory or HF cache id, e.g. Qwen/Qwen3-VL-2B-Instruct) or run `make weights`") from None
@@ -102,6 +105,8 @@ def load_selector(spec: str = BUILTIN, device: str | None = None, dtype: str | N
 
             return BuiltinInstanceReasoner.from_pretrained(INSTANCES_DIR if spec == BUILTIN else path, device=device)
         except (ImportError, OSError, AtelierError) as e:
+            if spec != BUILTIN:
+                raise InputError("vlm", str(spec), f"a builtin instance-reasoner folder that does not load ({type(e).__name__}: {e})") from None
             raise BuiltinUnavailableError(f"the builtin instance reasoner is not available ({type(e).__name__}: {e}); "
                                           "pass --vlm PATH (a transformers VLM checkpoint) or train it: python -m training.instances") from None
     from planners.counterfactual import CounterfactualSelector

@@ -192,6 +192,17 @@ def junk_folders(root):
     return [empty, junk]
 
 
+def pickle_folder(root, marker):
+    """Weights only as live pickles, under every name a torch / transformers loader looks for."""
+    d = root / "pickles"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model": "builtin-vlm", "model_type": "qwen2_5_vl"}))
+    for name in ("pytorch_model.bin", "model.pt", "model.bin", "model.pth", "model.ckpt", "classification_head.pt",
+                 "reward_head.pt", "sam2.1_hiera_tiny.pt"):
+        torch.save(LivePickle(marker), d / name)
+    return d
+
+
 def slots():
     """(verb, slot, flag) for every component slot of every registered verb."""
     return [(verb, slot, flag) for verb, app in sorted(apps().items()) for slot, flag in app.components.items()]
@@ -208,7 +219,7 @@ def test_every_slot_names_a_protocol():
 def test_remote_code_checkpoints_and_junk_in_every_slot(tmp_path, media, marker, capsys):
     """A remote-code checkpoint without --trust-remote-code, an empty folder and a folder of random
     files, in every slot of every verb: a clean error naming the flag, no code run."""
-    folders = [remote_code_folder(tmp_path, marker), *junk_folders(tmp_path)]
+    folders = [remote_code_folder(tmp_path, marker), *junk_folders(tmp_path), pickle_folder(tmp_path, marker)]
     for verb, slot, flag in slots():
         app = apps()[verb]
         base = valid_args(app, media)
