@@ -25,6 +25,7 @@ Verbs:
   score      benchmark scorers that match the official evaluation code (vos: DAVIS-2017 J, F, J&F;
              pose: COCO keypoint AP/AR and OKS by pycocotools, PCK, MPJPE; mcq: letter extraction)
   batch      run any verb over a JSONL manifest, resumably, one result folder per item
+  convert    an official Bernini release folder -> our pipeline.json layout, and back
   worldgen   generate synthetic-world datasets (masks, keypoints, tasks) and preview galleries
   train      train a built-in model on worldgen, with evaluation and a model card (vit, vlm,
              humor-sft, humor-rm, humor-rl, gelvr-sft, gelvr-rl)
@@ -186,7 +187,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_worldgen(sub)
     _add_score(sub)
+    _add_convert(sub)
     return parser
+
+
+def _add_convert(sub) -> None:
+    p = sub.add_parser("convert", help="official Bernini folder <-> our pipeline.json layout", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Convert an official Bernini release folder (Bernini-Diffusers, -v2, Bernini-R-Diffusers) into our "
+                                   "pipeline.json layout, or a saved Bernini pipeline into the official layout (the direction follows SRC). "
+                                   "Tensors keep their stored dtype; files atelier did not write are never replaced without --overwrite.",
+                       epilog="examples:\n"
+                              "  atelier convert /models/Bernini-Diffusers-v2 -o /runs/bernini-v2          # -> pipeline.json\n"
+                              "  atelier convert /runs/bernini-v2 -o /models/Bernini-Diffusers-v2-mine     # -> official layout")
+    p.add_argument("src", metavar="SRC", help="an official release folder, or a saved Bernini pipeline (pipeline.json)")
+    p.add_argument("-o", "--out", required=True, help="the folder to write")
+    p.add_argument("--release", choices=["r", "v1", "v2"], help="which release SRC is, when its folder name does not say "
+                                                                 "(default: detected; v2 only from a name containing Bernini-Diffusers-v2)")
+    _add_overwrite(p)
+    _add_common(p)
+    p.set_defaults(func=_cmd_convert)
 
 
 def _pipeline_apps() -> dict:
@@ -383,6 +402,12 @@ def _cmd_pipeline(args) -> int:
             shutil.rmtree(scratch, ignore_errors=True)
     if scratch is not None:  # only the copies remain
         summary["files"] = {k: v for k, v in summary["files"].items() if not str(v).startswith(scratch)}
+    if summary.get("builtin_models"):
+        from app.world_check import notice, unlike_message
+
+        print(f"atelier {app.verb}: note: {notice(app)}", file=sys.stderr)
+        if summary.get("unlike_builtin_world"):
+            print(f"atelier {app.verb}: note: {unlike_message(summary)}", file=sys.stderr)
     _emit(args, summary, app.format(summary))
     return 0
 
@@ -566,6 +591,14 @@ def _cmd_demo(args) -> int:
 
     page = run_demo(args.out, video=args.video)
     _emit(args, {"gallery": str(page)}, f"gallery: {page}")
+    return 0
+
+
+def _cmd_convert(args) -> int:
+    from pipelines.bernini.official import convert
+
+    result = convert(args.src, args.out, release=args.release, overwrite=args.overwrite)
+    _emit(args, result)
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from app.world_check import check_inputs, uses_builtin
 from core.paths import check_output_dir
 from pipelines.registry import PipelineApp
 
@@ -56,10 +57,15 @@ def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | Non
     if out_dir is not None:
         out_dir = check_output_dir(out_dir, "--out")
         check_folder(out_dir, app.pipeline_class.output_class().claims(), "--out", overwrite)
+    world = None
+    if uses_builtin(app, components, options):
+        world = check_inputs(app, inputs) or {}
     pipe = build(app, components, options, config)
     pipe.set_progress_bar_config(disable=not options.get("progress", True))
     out = app.run(pipe, inputs, generator=generator, callback=callback)
     summary = app.summarize(out)
+    if world is not None:  # the builtin models ran: say whether the input looks like their world
+        summary.update(builtin_models=True, **world)
     if out_dir is not None:
         out.save(out_dir, overwrite=overwrite)
         summary["files"] = out.files(out_dir)

@@ -384,6 +384,7 @@ def run_in_web(app, settings: WebSettings, values: tuple, callback: Callable | N
     import gradio as gr
 
     from app.runner import run_app
+    from app.world_check import unlike_message
     from pipelines.base import PipelineInterrupted
 
     app_settings = app.settings()
@@ -427,6 +428,8 @@ def run_in_web(app, settings: WebSettings, values: tuple, callback: Callable | N
         for warning in (app.web_check(inputs, config) if app.web_check else []):
             gr.Warning(warning)
         out, summary = run_app(app, args, callback=callback)
+        if summary.get("unlike_builtin_world"):
+            gr.Warning(f"The builtin models ran on this input, and {unlike_message(summary)}.")
         return app.web_present(out, summary)
     except PipelineInterrupted:
         raise
@@ -547,9 +550,10 @@ def pipeline_tab(app, settings: WebSettings) -> None:
     import gradio as gr
 
     from app.examples import EXAMPLES
+    from app.world_check import notice
 
     app_settings = app.settings()
-    gr.Markdown(app.web_note)
+    gr.Markdown(f"{app.web_note}\n\n*Note: {notice(app, web=True)}.*")
     state = gr.State(RunControl())  # gradio gives every session its own (deep) copy
     with gr.Row():
         with gr.Column():

@@ -105,6 +105,11 @@ class Setting:
         return f"{low if low is not None else '-inf'}..{high if high is not None else 'inf'}"
 
 
+def _absent(value: Any) -> bool:
+    """None, an empty string or an empty list (an array input is never absent: ``in`` would compare it)."""
+    return value is None or (isinstance(value, (str, list, tuple)) and len(value) == 0)
+
+
 def _as_int(value: Any) -> int:
     if isinstance(value, int):
         return value  # exact: a large int must not round through float
@@ -196,7 +201,7 @@ class PipelineApp:
             else:
                 known = sorted([*names_in, *settings, *comp, *RUN_OPTIONS])
                 raise InputError(f"{self.verb} argument {key!r}", value, f"known arguments: {known}")
-        missing = [i for i in self.inputs if i.required and inputs.get(i.name) in (None, "", [])]
+        missing = [i for i in self.inputs if i.required and _absent(inputs.get(i.name))]
         if missing:
             more = f"; also give {[i.name for i in missing[1:]]}" if missing[1:] else ""
             raise InputError(missing[0].name, inputs.get(missing[0].name), f"required: {missing[0].help}{more}")

@@ -412,14 +412,19 @@ def read_boxes(text: str, num_boxes: int) -> list[str]:
 
 
 def format_reward(text: str, num_boxes: int, num_paths: int | None = None, partial: bool = True) -> float:
-    """The format reward of a generated text, in [0, 1].
+    """Our format reward of a generated text (rule ``"ours"`` of ``meme_format_reward``), in [0, 1].
 
-    ``partial=True`` is the published rule (specs/humor.md [RL-CODE]: "format = fraction of the checks above
-    that pass", weighted 0.1 beside the pairwise reward): the fraction of ``format_checks`` passed, ten checks
-    with ``num_paths=None``. ``partial=False``: 1.0 when every check passes, else 0.0 [PROPOSED]. 1.0 means
-    every check passed; with ``num_paths`` given that is exactly when ``parse_meme_cot(text, num_boxes,
-    num_paths)`` succeeds; with None the path layer is not scored (it is ours, not published), while the parser
-    still rejects a malformed one."""
+    Not the published rule (that is ``official_format_reward``, the default of ``meme_format_reward``). Ours checks
+    the same ten things more strictly [PROPOSED]: headers only at the start of a line (markdown and missing brackets
+    tolerated), Step 1 then Step 2 inside ``[Specific Analysis with User Input]``, ``boxN:`` lines required (no
+    bare-line fallback) and numbered 1..N in order under the last ``Text on the Meme`` header, and always ten checks.
+    It scores the clean outputs the same as the published rule and differs on imperfect ones
+    (../shared/reference/fidelity_audit.md 2.4). The builtin writer's RL recipe trained on it.
+
+    ``partial=True``: the fraction of ``format_checks`` passed, ten checks with ``num_paths=None``.
+    ``partial=False``: 1.0 when every check passes, else 0.0 [PROPOSED]. 1.0 means every check passed; with
+    ``num_paths`` given that is exactly when ``parse_meme_cot(text, num_boxes, num_paths)`` succeeds; with None the
+    path layer is not scored (it is ours, not published), while the parser still rejects a malformed one."""
     if not isinstance(partial, bool):
         raise InputError("partial", partial, "pass True (fraction of checks passed) or False (all or nothing)")
     checks = format_checks(text, num_boxes, num_paths)
@@ -427,6 +432,80 @@ def format_reward(text: str, num_boxes: int, num_paths: int | None = None, parti
     if not partial:
         return float(passed == len(checks))
     return passed / len(checks)
+
+
+# ---- the published format reward (LightRFT examples/godsmeme/meme_utils.py) --------------------------
+
+FORMAT_RULES = ("official", "ours")
+DEFAULT_FORMAT_RULE = "official"
+
+# the five required patterns, searched anywhere in the answer, case-insensitive (the brackets and the colon count)
+_OFFICIAL_SECTIONS = [re.compile(re.escape(h), re.IGNORECASE) for h in SECTIONS.values()]
+_OFFICIAL_STEP = {k: re.compile(rf"^\s*Step\s*{k}\s*:", re.IGNORECASE | re.MULTILINE) for k in (1, 2)}
+_OFFICIAL_TEXT_ON_MEME = re.compile(r"Text on the Meme:\s*(.*)$", re.IGNORECASE | re.DOTALL)
+# a box label at a line start, its payload running (across lines) to the next box label or the end
+_OFFICIAL_BOX = re.compile(r"^\s*box\s*(\d+)\s*:\s*(.*?)(?=^\s*box\s*\d+\s*:|\Z)", re.IGNORECASE | re.MULTILINE | re.DOTALL)
+
+
+def assistant_response(text: str) -> str:
+    """The answer part of a decoded prompt + answer, as the published code cuts it: after the last
+    ``<|im_start|>assistant``, else after the last ``assistant\\n``, stripped."""
+    if "<|im_start|>assistant" in text:
+        return text.split("<|im_start|>assistant")[-1].strip()
+    if "assistant\n" in text:
+        return text.split("assistant\n")[-1].strip()
+    return text.strip()
+
+
+def official_box_texts(text: str) -> list[str]:
+    """The box texts as the published ``extract_box_texts`` reads them: the text after the FIRST ``Text on the
+    Meme:``; its ``boxN:`` payloads (stripped, surrounding double quotes dropped, empty ones skipped);
+    if none, every non-empty line of that section, stripped of quotes. [] without the header."""
+    m = _OFFICIAL_TEXT_ON_MEME.search(assistant_response(text))
+    section = m.group(1).strip() if m else ""
+    if not section:
+        return []
+    boxes = [t for t in (b.group(2).strip().strip('"').strip() for b in _OFFICIAL_BOX.finditer(section)) if t]
+    if boxes:
+        return boxes
+    return [t for t in (line.strip().strip('"').strip() for line in section.splitlines()) if t]
+
+
+def official_format_reward(text: str, expected_boxes: int | None = None) -> float:
+    """The published format reward (``compute_meme_format_reward``), in [0, 1]: the share of passed checks among
+    the five section patterns searched anywhere in the answer, ``Step 1:`` and ``Step 2:`` each at some line start
+    (any order, any section), box texts found (``official_box_texts``), all of them non-empty, and, only when
+    ``expected_boxes`` is a positive count, exactly that many: 9 checks, or 10 with a count."""
+    if not isinstance(text, str):
+        raise InputError("text", type(text).__name__, "pass the model's answer as a string")
+    if expected_boxes is not None and (isinstance(expected_boxes, bool) or not isinstance(expected_boxes, Integral)):
+        raise InputError("expected_boxes", expected_boxes, "pass the template's box count, or None when unknown")
+    answer = assistant_response(text)
+    passed = sum(bool(p.search(answer)) for p in _OFFICIAL_SECTIONS)
+    passed += sum(bool(_OFFICIAL_STEP[k].search(answer)) for k in (1, 2))
+    boxes = official_box_texts(answer)
+    passed += bool(boxes) + bool(boxes and all(b.strip() for b in boxes))
+    checks = len(_OFFICIAL_SECTIONS) + 4
+    if expected_boxes is not None and expected_boxes > 0:
+        checks += 1
+        passed += len(boxes) == expected_boxes
+    return passed / checks
+
+
+def meme_format_reward(text: str, num_boxes: int | None = None, rule: str = DEFAULT_FORMAT_RULE,
+                       num_paths: int | None = None) -> float:
+    """The format reward under a named rule: ``"official"`` (default; ``official_format_reward(text, num_boxes)``,
+    ``num_boxes`` None when the template's count is unknown) or ``"ours"`` (``format_reward(text, num_boxes,
+    num_paths)``, which needs ``num_boxes``). ``num_paths`` is ours only (the path layer is not published)."""
+    if rule == "official":
+        if num_paths is not None:
+            raise InputError("num_paths", num_paths, "the published rule does not score reasoning paths; use rule='ours'")
+        return official_format_reward(text, num_boxes)
+    if rule == "ours":
+        if num_boxes is None:
+            raise InputError("num_boxes", None, "our rule checks the box count: pass the template's number of boxes")
+        return format_reward(text, num_boxes, num_paths)
+    raise InputError("rule", rule, f"choose one of {FORMAT_RULES}")
 
 
 # ---- writing ---------------------------------------------------------------------------------------
@@ -567,3 +646,24 @@ def build_prompt(template_name: str, num_boxes: int, image: np.ndarray | ImagePa
     content.append(TextPart(text))
     messages = [Message("system", system)] if system is not None else []
     return messages + [Message("user", content)]
+
+
+PROMPT_STYLES = ("atelier", "official")
+
+
+def build_official_prompt(image: np.ndarray | ImagePart | None = None, user_request: str | None = None) -> list[Message]:
+    """The published policy prompt for officially trained policies (LightRFT ``meme_dataset.py``): one user turn,
+    the template image first, then the text of ``prompts/generate_meme.txt`` verbatim (its literal ``<image>``
+    included, as the dataset rows carry it). ``user_request`` is appended as ``**User Input Parameters**: ...``,
+    the label the official dataset code reads it back by; where the released rows place it is not in the public
+    code, so this placement is [PROPOSED]. None appends nothing."""
+    from planners.meme_prompts import GENERATE_MEME_PROMPT
+
+    if user_request is not None and (not isinstance(user_request, str) or not user_request.strip()):
+        raise InputError("user_request", user_request, "pass the user's request as a non-empty string, or None")
+    text = GENERATE_MEME_PROMPT + (f"\n**User Input Parameters**: {user_request.strip()}" if user_request else "")
+    content: list[Any] = []
+    if image is not None:
+        content.append(image if isinstance(image, ImagePart) else ImagePart(image))
+    content.append(TextPart(text))
+    return [Message("user", content)]

@@ -209,11 +209,18 @@ def writer_uses_name_slots(path: str | Path) -> bool:
 
 
 class VLMMemeWriter:
-    """Any ``VisionLanguageModel`` as a meme writer: ``build_prompt`` (image, template name, topic, K paths), then
-    the protocol's seeded ``generate`` with ``n`` returns."""
+    """Any ``VisionLanguageModel`` as a meme writer: the prompt, then the protocol's seeded ``generate`` with ``n``
+    returns. ``prompt_style``: ``"atelier"`` (``build_prompt``: image, template name, topic, K paths; ours) or
+    ``"official"`` (``build_official_prompt``: LightRFT's ``generate_meme.txt`` with the topic as the user input,
+    for policies trained on it, e.g. HUMOR-COT-Qwen2.5-VL; ``num_paths`` is then not asked for)."""
 
-    def __init__(self, vlm, template_name: str = "the meme template in the image", max_new_tokens: int = 1024):
-        self.vlm, self.template_name, self.max_new_tokens = vlm, template_name, max_new_tokens
+    def __init__(self, vlm, template_name: str = "the meme template in the image", max_new_tokens: int = 1024,
+                 prompt_style: str = "atelier"):
+        from planners.meme_cot import PROMPT_STYLES
+
+        if prompt_style not in PROMPT_STYLES:
+            raise InputError("prompt_style", prompt_style, f"choose one of {PROMPT_STYLES}")
+        self.vlm, self.template_name, self.max_new_tokens, self.prompt_style = vlm, template_name, max_new_tokens, prompt_style
 
     @property
     def device(self) -> torch.device:
@@ -235,16 +242,19 @@ class VLMMemeWriter:
 
     def write(self, image: np.ndarray, topic: str | None = None, num_paths: int = 3, n: int = 4, *, num_boxes: int = 2,
               temperature: float = 1.0, top_p: float = 1.0, generator: Any = None, do_sample: bool = True) -> list[str]:
-        from planners.meme_cot import build_prompt
+        from planners.meme_cot import build_official_prompt, build_prompt
 
         k = _check_paths(num_paths)
-        messages = build_prompt(self.template_name, num_boxes, _check_image(image), check_topic(topic), k or None)
+        if self.prompt_style == "official":
+            messages = build_official_prompt(_check_image(image), check_topic(topic))
+        else:
+            messages = build_prompt(self.template_name, num_boxes, _check_image(image), check_topic(topic), k or None)
         return self.vlm.generate(messages, max_new_tokens=self.max_new_tokens, do_sample=do_sample, temperature=temperature,
                                  top_p=top_p, num_return_sequences=n, generator=generator)
 
 
 def load_meme_writer(source: Any = "builtin", device: str | torch.device | None = None, dtype: Any = None,
-                     trust_remote_code: bool = False) -> MemeWriter:
+                     trust_remote_code: bool = False, prompt_style: str = "atelier") -> MemeWriter:
     """'builtin' (weights/builtin/meme_writer), a folder saved by ``BuiltinMemeWriter``, a transformers VLM folder
     (through ``planners.hf``), or an object with ``write`` / a ``VisionLanguageModel`` (wrapped)."""
     if not isinstance(source, (str, Path)):
@@ -260,4 +270,4 @@ def load_meme_writer(source: Any = "builtin", device: str | torch.device | None 
         return BuiltinMemeWriter.from_pretrained(path, device)
     from planners.loading import load_vlm
 
-    return VLMMemeWriter(load_vlm(str(path), device=device, dtype=dtype, trust_remote_code=trust_remote_code))
+    return VLMMemeWriter(load_vlm(str(path), device=device, dtype=dtype, trust_remote_code=trust_remote_code), prompt_style=prompt_style)

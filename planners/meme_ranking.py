@@ -96,8 +96,9 @@ def pair_rewards(verdict: JudgeVerdict | str | None) -> tuple[float, float]:
     both scores read -> ``s_a / (s_a + s_b)`` and ``s_b / (s_a + s_b)``, 0.5 / 0.5 when the sum is 0; otherwise the
     Winner line (1 -> 1 / 0, 2 -> 0 / 1, tie -> 0.5 / 0.5); otherwise 0.5 / 0.5.
 
-    The published parser has one more fallback, the first two numbers anywhere in the reply; it is left out on
-    purpose (any "10" in the Reason would become a score) [PROPOSED]."""
+    This is our tolerant reading (``parser="tolerant"`` of the judges). The published parser has one more fallback,
+    the first two numbers anywhere in the reply, left out here on purpose (any "10" in the Reason would become a
+    score) [PROPOSED]; ``official_pair_rewards`` is the published parser with it."""
     if not isinstance(verdict, JudgeVerdict):
         verdict = parse_judge_reply(verdict)
     a, b = verdict.score1, verdict.score2
@@ -109,6 +110,47 @@ def pair_rewards(verdict: JudgeVerdict | str | None) -> tuple[float, float]:
     if verdict.winner == 2:
         return 0.0, 1.0
     return 0.5, 0.5
+
+
+# ---- the published parser (LightRFT examples/godsmeme/reward_model.py, parse_pair_judge_response) ---------
+
+# its patterns: "Image <k> score" then ":" or the full-width colon, a plain decimal; "Winner" 1 / 2 / tie; and, last,
+# any decimal anywhere (so "Image 1 score: 7" alone reads as scores 1 and 7, as published)
+_OFFICIAL_SCORE = {k: re.compile(rf"Image\s*{k}\s*score\s*[:\uff1a]\s*([0-9]+(?:\.[0-9]+)?)", re.IGNORECASE) for k in (1, 2)}
+_OFFICIAL_WINNER = re.compile(r"Winner\s*[:\uff1a]\s*(1|2|tie)", re.IGNORECASE)
+_OFFICIAL_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def official_pair_scores(text: str | None) -> tuple[float, float]:
+    """The published judge parser: the raw scores ``(s_1, s_2)`` of a reply. Both "Image k score" lines ->
+    their numbers; else the Winner line (1 -> (1, 0), 2 -> (0, 1), tie -> (0.5, 0.5)); else the first two numbers
+    anywhere in the reply; else (0.5, 0.5). An empty or non-string reply is (0.5, 0.5)."""
+    text = text.strip() if isinstance(text, str) else ""
+    if not text:
+        return 0.5, 0.5
+    found = [_OFFICIAL_SCORE[k].search(text) for k in (1, 2)]
+    if found[0] and found[1]:
+        return float(found[0].group(1)), float(found[1].group(1))
+    m = _OFFICIAL_WINNER.search(text)
+    if m:
+        w = m.group(1).lower()
+        return (1.0, 0.0) if w == "1" else (0.0, 1.0) if w == "2" else (0.5, 0.5)
+    numbers = _OFFICIAL_NUMBER.findall(text)
+    if len(numbers) >= 2:
+        return float(numbers[0]), float(numbers[1])
+    return 0.5, 0.5
+
+
+def normalise_pair(s_a: float, s_b: float) -> tuple[float, float]:
+    """The published per-pair normalisation (``aggregate_pairwise_preferences``): ``s_a / (s_a + s_b)`` and
+    ``s_b / (s_a + s_b)``; 0.5 / 0.5 when the sum is not positive."""
+    total = float(s_a) + float(s_b)
+    return (0.5, 0.5) if total <= 0 else (float(s_a) / total, float(s_b) / total)
+
+
+def official_pair_rewards(text: str | None) -> tuple[float, float]:
+    """A judge reply read and normalised exactly as published: ``normalise_pair(*official_pair_scores(text))``."""
+    return normalise_pair(*official_pair_scores(text))
 
 
 # ---- pairs and the group reward --------------------------------------------------------------------

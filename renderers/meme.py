@@ -15,6 +15,12 @@ Sans Bold, Noto Sans CJK Bold, and last Pillow's embedded scalable default (Aile
 only). A glyph the font lacks is drawn as Pillow's missing-glyph box, never an error;
 ``MemeRendering.missing`` lists such characters. Pass ``font=`` a .ttf/.otf/.ttc for other
 scripts (e.g. a CJK font). Colour emoji are drawn as monochrome outlines or boxes.
+
+Two styles (``MEME_STYLES``): ``"atelier"`` (the above, the default; the builtin pipeline's look) and
+``"official"`` (``render_meme_official``: what LightRFT's ``examples/godsmeme/meme_utils.py`` ``render_meme_image``
+draws for its judge: the dataset's detection boxes when it gives them (``text_loc_info``), else banners at
+6-20% and 78-94% of the height; DejaVu Sans regular, not upper-cased, the largest size 14..72 that fits, text
+black on a light box (mean luminance > 186) else white, with a 2-pixel outline in the other colour).
 """
 
 from __future__ import annotations
@@ -263,3 +269,172 @@ def render_meme(image: np.ndarray, texts: Sequence[str], boxes: Sequence[TextBox
     ``upper`` (default True) upper-cases the text, the Impact-style meme look. An empty text leaves its box as is.
     """
     return render_meme_detailed(image, texts, boxes, font, upper=upper, min_size=min_size, max_size=max_size).image
+
+
+# ---- the published style (LightRFT examples/godsmeme/meme_utils.py) --------------------------------
+
+MEME_STYLES = ("atelier", "official")
+OFFICIAL_FONTS = (
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",  # the published search path (Debian / Ubuntu)
+    "/usr/share/fonts/truetype/liberation2/DejaVuSans.ttf",
+)
+
+
+@dataclass(frozen=True)
+class OfficialRenderConfig:
+    """The published ``MemeRenderConfig`` defaults."""
+
+    min_font_size: int = 14
+    max_font_size: int = 72
+    line_spacing: int = 4
+    outline_width: int = 2
+    margin: int = 6
+    padding_ratio: float = 0.06
+
+
+def official_font() -> str:
+    """DejaVu Sans regular, where the published code looks for it, else matplotlib's copy of the same font (the
+    published code would fall back to Pillow's bitmap default; we keep the font instead [PROPOSED])."""
+    spec = importlib.util.find_spec("matplotlib")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    for path in [*OFFICIAL_FONTS, *(str(Path(r) / "mpl-data/fonts/ttf/DejaVuSans.ttf") for r in roots)]:
+        if Path(path).is_file():
+            return path
+    raise InputError("font", "DejaVuSans.ttf", "install the DejaVu fonts (fonts-dejavu-core) or matplotlib")
+
+
+def official_detections(reference: dict | None) -> list[tuple[float, float, float, float]]:
+    """The detection boxes a dataset row gives, read as the published ``normalize_detections`` reads them:
+    ``detections`` (boxes, or dicts with ``bbox`` / ``box`` / ``loc`` / ``coordinates``), else ``text_loc_info
+    ["loc"]``, else ``loc``; entries that are not four numbers are skipped."""
+    if not isinstance(reference, dict):
+        return []
+    raw = reference.get("detections")
+    if raw is None and isinstance(reference.get("text_loc_info"), dict):
+        raw = reference["text_loc_info"].get("loc", [])
+    if raw is None and isinstance(reference.get("loc"), list):
+        raw = reference["loc"]
+    out = []
+    for item in raw or []:
+        if isinstance(item, dict):
+            item = next((item[k] for k in ("bbox", "box", "loc", "coordinates") if k in item), None)
+        if isinstance(item, (list, tuple)) and len(item) == 4:
+            try:
+                out.append(tuple(float(v) for v in item))
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def _official_box(bbox: Sequence[float], width: int, height: int, scale: float | None, normalized: bool) -> tuple[int, int, int, int]:
+    """A detection box in pixels (``bbox_scale`` units, or [0, 1] when flagged or when no value exceeds 1), clamped."""
+    x1, y1, x2, y2 = bbox
+    if scale is not None:
+        x1, x2, y1, y2 = x1 / scale * width, x2 / scale * width, y1 / scale * height, y2 / scale * height
+    elif normalized or max(bbox) <= 1.0:
+        x1, x2, y1, y2 = x1 * width, x2 * width, y1 * height, y2 * height
+    left = max(0, min(int(round(x1)), width - 1))
+    top = max(0, min(int(round(y1)), height - 1))
+    return left, top, max(left + 1, min(int(round(x2)), width)), max(top + 1, min(int(round(y2)), height))
+
+
+def official_banners(width: int, height: int, count: int, padding_ratio: float = 0.06) -> list[tuple[int, int, int, int]]:
+    """The published default boxes (xyxy): a top banner to 20% of the height, a bottom one from 78%, and for more
+    than two texts equal bands over 24%..82% between them; one text gets the top banner only."""
+    px, py = int(width * padding_ratio), int(height * padding_ratio)
+    top = (px, py, width - px, max(py + 1, int(height * 0.2)))
+    if count <= 1:
+        return [top]
+    boxes = [top, (px, max(int(height * 0.78), py), width - px, height - py)]
+    band = max(1, int(height * 0.58 / max(1, count - 2)))
+    for k in range(count - 2):
+        y1 = int(height * 0.24) + k * band
+        boxes.insert(-1, (px, y1, width - px, max(y1 + 1, min(height - py, y1 + band))))
+    return boxes[:count]
+
+
+def _official_size(draw: ImageDraw.ImageDraw, text: str, font) -> tuple[int, int]:
+    left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
+    return right - left, bottom - top
+
+
+def _official_wrap(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> list[str]:
+    words = text.split()
+    if not words:
+        return [""]
+    lines, cur = [], words[0]
+    for word in words[1:]:
+        if _official_size(draw, f"{cur} {word}", font)[0] <= width:
+            cur = f"{cur} {word}"
+        else:
+            lines.append(cur)
+            cur = word
+    return lines + [cur]
+
+
+def render_meme_official(image: np.ndarray, texts: Sequence[str], detections: Sequence[Sequence[float]] | None = None, *,
+                         bbox_scale: float | None = None, bbox_normalized: bool = False, font: str | Path | None = None,
+                         config: OfficialRenderConfig = OfficialRenderConfig()) -> np.ndarray:
+    """The published rendering (``render_meme_image``) of ``texts`` on ``image`` (RGB uint8 (H, W, 3)); a new array.
+
+    Empty texts are dropped (none left: the bare template). Boxes: ``detections`` (xyxy, see ``_official_box`` for
+    units; ``official_detections`` reads them from a dataset row) or ``official_banners``. More texts than boxes:
+    the extra ones join the last box, one per line; fewer: the extra boxes stay empty. Per box: the largest size
+    from 14 up that fits (the search stops at the first size that does not), word-wrapped, lines centred (at least
+    ``margin`` from the box edge), colours from the box's mean luminance (``0.299 R + 0.587 G + 0.114 B > 186``:
+    black text, white outline; else white on black)."""
+    if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3 or 0 in image.shape:
+        raise InputError("image", getattr(image, "shape", type(image).__name__), "pass an (H, W, 3) uint8 RGB array")
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise InputError("texts", texts, "pass a list of strings, one per box")
+    name = str(font) if font is not None else official_font()
+    canvas = Image.fromarray(image, "RGB").copy()
+    draw = ImageDraw.Draw(canvas)
+    kept = [t.strip() for t in texts if t and t.strip()]
+    if not kept:
+        return np.asarray(canvas).copy()
+    w, h = canvas.size
+    boxes = [_official_box(b, w, h, bbox_scale, bbox_normalized) for b in detections or []]
+    boxes = boxes or official_banners(w, h, len(kept), config.padding_ratio)
+    if len(kept) > len(boxes):
+        kept = kept[: len(boxes) - 1] + ["\n".join(kept[len(boxes) - 1:]).strip()]
+    c = config
+    for (x1, y1, x2, y2), text in zip(boxes, kept):
+        max_w, max_h = max(1, x2 - x1 - 2 * c.margin), max(1, y2 - y1 - 2 * c.margin)
+        font_obj = ImageFont.truetype(name, c.min_font_size)
+        lines = _official_wrap(draw, text, font_obj, max_w)
+        for size in range(c.min_font_size, c.max_font_size + 1):
+            trial = ImageFont.truetype(name, size)
+            wrapped = _official_wrap(draw, text, trial, max_w)
+            sizes = [_official_size(draw, line, trial) for line in wrapped]
+            if max(s[0] for s in sizes) > max_w or sum(s[1] for s in sizes) + c.line_spacing * (len(wrapped) - 1) > max_h:
+                break
+            font_obj, lines = trial, wrapped
+        # the box's mean colour through Pillow's own 1x1 resize, as published (not a plain arithmetic mean)
+        mean = canvas.crop((x1, y1, x2, y2)).resize((1, 1)).getpixel((0, 0))
+        light = 0.299 * mean[0] + 0.587 * mean[1] + 0.114 * mean[2] > 186
+        fill, outline = ((0, 0, 0), (255, 255, 255)) if light else ((255, 255, 255), (0, 0, 0))
+        sizes = [_official_size(draw, line, font_obj) for line in lines]
+        y = y1 + max(c.margin, (y2 - y1 - sum(s[1] for s in sizes) - c.line_spacing * (len(lines) - 1)) // 2)
+        for line, (lw, lh) in zip(lines, sizes):
+            x = x1 + max(c.margin, (x2 - x1 - lw) // 2)
+            for dx in range(-c.outline_width, c.outline_width + 1):
+                for dy in range(-c.outline_width, c.outline_width + 1):
+                    if dx or dy:
+                        draw.text((x + dx, y + dy), line, font=font_obj, fill=outline)
+            draw.text((x, y), line, font=font_obj, fill=fill)
+            y += lh + c.line_spacing
+    return np.asarray(canvas).copy()
+
+
+def render_meme_styled(image: np.ndarray, texts: Sequence[str], style: str = "atelier", detections: Sequence[Sequence[float]] | None = None,
+                       **kwargs) -> np.ndarray:
+    """``render_meme`` (``"atelier"``; ``texts`` must fill the layout's boxes) or ``render_meme_official``
+    (``"official"``; ``detections`` and its keywords pass through)."""
+    if style == "atelier":
+        if detections is not None:
+            raise InputError("detections", "given", "detection boxes are drawn by style='official'; ours takes boxes=")
+        return render_meme(image, texts, **kwargs)
+    if style == "official":
+        return render_meme_official(image, texts, detections, **kwargs)
+    raise InputError("style", style, f"choose one of {MEME_STYLES}")
