@@ -12,8 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from app.world_check import check_inputs, uses_builtin
+from core.errors import AtelierError
 from core.paths import check_output_dir
 from pipelines.registry import PipelineApp
+
+
+class EmptyResultError(AtelierError):
+    """A run that finished without producing what was asked for (exit 1, a failed batch item)."""
 
 
 def check_media(app: PipelineApp, inputs: dict) -> None:
@@ -63,6 +68,9 @@ def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | Non
     pipe = build(app, components, options, config)
     pipe.set_progress_bar_config(disable=not options.get("progress", True))
     out = app.run(pipe, inputs, generator=generator, callback=callback)
+    empty = app.nothing(out) if app.nothing else None
+    if empty:
+        raise EmptyResultError(f"{app.verb} produced nothing: {empty}")
     summary = app.summarize(out)
     if world is not None:  # the builtin models ran: say whether the input looks like their world
         summary.update(builtin_models=True, **world)

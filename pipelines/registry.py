@@ -162,6 +162,9 @@ class PipelineApp:
     # extra files a user can ask for on the CLI: ``(flag, file the run saves in its folder, help)``; the run's
     # file is copied to the path given (checked before any compute)
     file_outputs: tuple[tuple[str, str, str], ...] = ()
+    # ``nothing(output)``: why a finished run produced nothing a user asked for (e.g. no meme at all), else None; the
+    # CLI, the batch runner and the web then report a failure with that message instead of an empty success
+    nothing: Callable[[Any], str | None] | None = None
 
     @property
     def pipeline_class(self) -> type:

@@ -53,3 +53,22 @@ def test_only_builtin_runs_are_noted():
     assert uses_builtin(app, {}, {})
     assert uses_builtin(app, {"selector": "builtin"}, {})
     assert not uses_builtin(app, {"selector": "/models/Qwen3-VL-2B-Instruct"}, {})
+
+
+def test_a_run_that_produces_nothing_is_a_failure(media, monkeypatch, capsys):
+    """meme with no meme at all (every sample unreadable) is exit 1 with the reason, not an empty success."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import app.cli
+    import pipelines.registry as registry
+    from app.runner import EmptyResultError, run_app
+
+    meme = apps()["meme"]
+    empty = dataclasses.replace(meme, run=lambda pipe, inputs, **kw: SimpleNamespace(memes=[], message="no readable meme in 9 samples"))
+    with pytest.raises(EmptyResultError, match="no readable meme"):
+        run_app(empty, valid_args(empty, good_media(empty, media)))
+    monkeypatch.setattr(registry, "apps", lambda: {**apps(), "meme": empty})
+    monkeypatch.setattr(app.cli, "_pipeline_apps", lambda: {**apps(), "meme": empty})
+    code, err = run_cli(to_argv(empty, valid_args(empty, good_media(empty, media))), capsys)
+    assert code == 1 and "produced nothing: no readable meme" in err and "Traceback" not in err, err

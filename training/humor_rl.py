@@ -135,6 +135,15 @@ def make_rm_group_reward(rm: Any, images: dict[int, np.ndarray], group_size: int
     return reward
 
 
+def official_format_reward_func(completions: Sequence[Any], num_boxes: int | Sequence[int], **kwargs: Any) -> list[float]:
+    """The published format reward (``planners.meme_cot.meme_format_reward(rule="official")``) as a TRL reward function."""
+    from planners.meme_cot import meme_format_reward
+    from training.group_rl import _completion_text, _per_sample
+
+    boxes = _per_sample(num_boxes, len(completions), "num_boxes")
+    return [meme_format_reward(_completion_text(c), b, rule="official") for c, b in zip(completions, boxes)]
+
+
 def make_format_reward(num_paths: int) -> Callable[..., list[float]]:
     """The format share with our path layer checked too (``format_reward(text, num_boxes, num_paths)``: the
     published ten checks plus K Path lines and the anchor), as a TRL reward function [PROPOSED]: the published
@@ -203,8 +212,10 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
     ds = Dataset.from_list(rows)
     anchors = {s.index: [list(c) for c in s.candidates[: recipe.human_anchors]] for s in scenes} if recipe.human_anchors else None
     slot_names = {s.index: listed_names(s.perception) for s in scenes} if slots else None
-    rewards = [make_rm_group_reward(rm, images, recipe.group, pointwise=recipe.reward == "pointwise", anchors=anchors, slot_names=slot_names),
-               format_reward_func if recipe.format_paths is None else make_format_reward(recipe.format_paths)]
+    # the format share: a VLM policy is held to the published rule (LightRFT's compute_meme_format_reward); the
+    # builtin writer to ours, whose optional path layer checks what it writes
+    fmt = official_format_reward_func if not builtin else format_reward_func if recipe.format_paths is None else make_format_reward(recipe.format_paths)
+    rewards = [make_rm_group_reward(rm, images, recipe.group, pointwise=recipe.reward == "pointwise", anchors=anchors, slot_names=slot_names), fmt]
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=grpo_config(out, recipe), train_dataset=ds, processing_class=processing)
     ckpts = sorted((out / "run").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])) if resume else []
     trainer.train(resume_from_checkpoint=str(ckpts[-1]) if ckpts else None)

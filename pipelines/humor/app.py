@@ -94,4 +94,5 @@ APP = PipelineApp(
     web_note=NOTE,
     web_outputs=(("gallery", "memes, best first"), ("markdown", "reasoning"), ("json", "details")),
     web_present=present,
+    nothing=lambda out: None if out.memes else out.message,
 )

@@ -188,8 +188,11 @@ class HumorPipeline(Pipeline):
             bar.close()
         return kept, rejected, rounds
 
-    def _rank(self, image: np.ndarray, items: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(order best first, each meme's mean pairwise preference, the ranking's scores) over the group."""
+    def _rank(self, image: np.ndarray, items: list[dict], topic: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(order best first, each meme's mean pairwise preference, the ranking's scores) over the group. A judge
+        that reads the user's request (the published LightRFT judge) is given the topic."""
+        import inspect
+
         from planners.meme_ranking import borda, bradley_terry
 
         n = len(items)
@@ -201,9 +204,11 @@ class HumorPipeline(Pipeline):
             r = np.asarray(rm.score(image, [it["boxes"] for it in items]), dtype=np.float64)
             P = 1 / (1 + np.exp(-(r[:, None] - r[None, :])))
         else:
+            asks = "user_request" in inspect.signature(rm.prefer).parameters
+            extra = {"user_request": topic} if asks else {}
             for i in range(n):
                 for j in range(i + 1, n):
-                    P[i, j] = float(rm.prefer(image, items[i]["boxes"], items[j]["boxes"]))
+                    P[i, j] = float(rm.prefer(image, items[i]["boxes"], items[j]["boxes"], **extra))
                     P[j, i] = 1 - P[i, j]
         np.fill_diagonal(P, 0.0)
         rewards = P.sum(1) / (n - 1)
@@ -236,7 +241,7 @@ class HumorPipeline(Pipeline):
             message = f"no readable meme in {len(rejected)} samples (the writer did not follow the format); try another seed"
             order, rewards, scores = np.zeros(0, int), np.zeros(0), np.zeros(0)
         else:
-            order, rewards, scores = self._rank(image, items)
+            order, rewards, scores = self._rank(image, items, topic)
             message = f"{len(items)} meme{'s' if len(items) > 1 else ''} ranked by the reward model"
             if len(items) < self.config.num_memes:
                 message += f" (asked for {self.config.num_memes}: {len(rejected)} samples were unreadable or repeats)"
