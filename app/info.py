@@ -44,7 +44,7 @@ def collect_info() -> dict:
         },
         "builtin_weights": builtin,
         "pipelines": {a.verb: {"name": a.name, "help": a.help} for a in apps().values()},
-        "catalog": {k: [c["id"] for c in v] for k, v in catalog.get("pipelines", {}).items()},
+        "catalog": catalog.get("pipelines", {}),
     }
 
 
@@ -57,6 +57,8 @@ def format_info(info: dict) -> str:
     lines.append("pipelines (atelier VERB --help):")
     lines += [f"  {verb:24s} {p['name']}: {p['help']}" for verb, p in info["pipelines"].items()]
     lines.append("builtin weights: " + (", ".join(info["builtin_weights"]) or "none yet (make weights)"))
-    lines.append("real checkpoints each pipeline can load (weights/catalog.json):")
-    lines += [f"  {k:24s} {', '.join(v)}" for k, v in info["catalog"].items()]
+    lines.append("real checkpoints each verb loads (weights/catalog.json; * = the method's official release, run as its "
+                 "official code runs it: docs/FIDELITY.md):")
+    for verb, entries in info["catalog"].items():
+        lines += [f"  {verb:10s} {e['flag']:16s} {'*' if e.get('official') else ' '} {e['id']}" for e in entries]
     return "\n".join(lines)
