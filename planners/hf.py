@@ -25,8 +25,8 @@ from core.device import select_device, select_dtype
 from core.errors import InputError
 from core.flops import TransformerDims, transformer_flops
 from planners.protocol import (ContinuationScore, ForwardOutput, ImagePart, Message, TextPart, check_continuations,
-                               check_frames, check_messages, check_options, generation_seed, letter_token_ids,
-                               posterior_from_logits, user_turn)
+                               check_frames, check_letter_pooling, check_messages, check_options, generation_seed,
+                               letter_token_ids, posterior_from_logits, user_turn)
 
 # [DEFAULT] frame size (H, W) for ``flops`` / ``count_tokens`` when the caller gives none: a 360p 16:9 frame.
 DEFAULT_FRAME_SIZE = (360, 640)
@@ -35,23 +35,40 @@ DEFAULT_FRAME_SIZE = (360, 640)
 # what ``score`` measures, and greedy decoding differ from the argmax.
 PLAIN_DECODING = dict(num_beams=1, repetition_penalty=1.0, no_repeat_ngram_size=0, return_dict_in_generate=False)
 PLAIN_SAMPLING = dict(top_k=0, min_p=0.0, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0)
+# The frame rate transformers' Qwen3-VL / SmolVLM processors assume for a video given without one
+# (processing_qwen3_vl.py replace_video_token). GridProbe's official code never gives one: qwen-vl-utils'
+# process_vision_info returns no metadata for a frame list and its fps=2.0 is only a sampling kwarg,
+# unused with do_sample_frames=False. tests/test_gridprobe_fidelity.py checks this against the processor.
+UNDECLARED_VIDEO_FPS = 24.0
+# qwen-vl-utils pads a frame list to a multiple of this by repeating the last frame (FRAME_FACTOR).
+QWEN_FRAME_FACTOR = 2
 
 
 class HFVisionLanguageModel:
     """A transformers image-text-to-text checkpoint as a ``VisionLanguageModel``.
 
-    ``video_fps`` [DEFAULT 1.0] is the frame rate the frames of a video are declared to have: the
-    protocol passes pre-sampled frames without timestamps, and Qwen3-VL / SmolVLM write per-frame
-    timestamps into the prompt (without it transformers assumes 24 fps and warns).
+    ``video_fps``: the frame rate a video given without one (``VideoPart.fps``) is declared to have;
+    Qwen3-VL / SmolVLM write per-frame timestamps from it into the prompt. None (default): as
+    GridProbe's official code passes frames (a qwen-vl-utils frame list, no video metadata), i.e. the
+    rate transformers then assumes (``UNDECLARED_VIDEO_FPS``, 24) with the frames of a Qwen video
+    padded to an even count by repeating the last one, as qwen-vl-utils does; for Qwen3-VL the
+    timestamps are ``<t seconds>`` with t the mean of each frame pair's index / 24. A number declares
+    that rate and sends the frames as they are (our earlier default was 1.0).
+
+    ``letter_pooling`` (``option_posterior``): ``"official"`` (default; GridProbe's released code: six
+    surface forms, every first token kept, log-sum-exp) or ``"distinct"`` (ours: eight forms, first
+    tokens shared by several letters dropped); see ``planners.protocol.letter_token_ids``.
     """
 
     backend = "hf"
 
-    def __init__(self, model: Any, processor: Any, *, video_fps: float = 1.0, trust_remote_code: bool = False):
-        if video_fps <= 0:
-            raise InputError("video_fps", video_fps, "pass a positive frame rate")
+    def __init__(self, model: Any, processor: Any, *, video_fps: float | None = None, letter_pooling: str = "official",
+                 trust_remote_code: bool = False):
+        if video_fps is not None and not video_fps > 0:
+            raise InputError("video_fps", video_fps, "pass a positive frame rate, or None for the official (undeclared) one")
         self.model, self.processor = model.eval(), processor
-        self.video_fps = float(video_fps)
+        self.video_fps = None if video_fps is None else float(video_fps)
+        self.letter_pooling = check_letter_pooling(letter_pooling)
         self.trust_remote_code = trust_remote_code  # what the checkpoint was loaded with, for audits
         self._letter_ids: dict[str, list[list[int]]] = {}
         self._token_counts: dict[tuple, int] = {}
@@ -62,7 +79,7 @@ class HFVisionLanguageModel:
     @classmethod
     def from_pretrained(cls, path: str | Path, *, device: str | torch.device | None = None,
                         dtype: str | torch.dtype | None = None, trust_remote_code: bool = False,
-                        video_fps: float = 1.0) -> "HFVisionLanguageModel":
+                        video_fps: float | None = None, letter_pooling: str = "official") -> "HFVisionLanguageModel":
         """Load processor and model from a local directory or an HF cache id.
 
         ``device``/``dtype`` default to the best available (``core.device``: bfloat16 on CUDA, float32
@@ -76,7 +93,8 @@ class HFVisionLanguageModel:
         dtype = select_dtype(dtype, device)
         processor = AutoProcessor.from_pretrained(str(path), trust_remote_code=trust_remote_code)
         model = AutoModelForImageTextToText.from_pretrained(str(path), dtype=dtype, trust_remote_code=trust_remote_code)
-        return cls(model.to(device), processor, video_fps=video_fps, trust_remote_code=trust_remote_code)
+        return cls(model.to(device), processor, video_fps=video_fps, letter_pooling=letter_pooling,
+                   trust_remote_code=trust_remote_code)
 
     def save_pretrained(self, path: str | Path) -> Path:
         """Write model and processor so that ``from_pretrained(path)`` restores them."""
@@ -101,6 +119,13 @@ class HFVisionLanguageModel:
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
+    @property
+    def vision_patch_size(self) -> int | None:
+        """The image processor's patch side (16 for Qwen3-VL, 14 for Qwen2.5-VL), None when it has none:
+        what GridProbe's official code passes to qwen-vl-utils as ``image_patch_size``."""
+        size = getattr(getattr(self.processor, "image_processor", None), "patch_size", None)
+        return int(size) if isinstance(size, Integral) else None
+
     # ---- inputs ----------------------------------------------------------------------------------
 
     def _processor_inputs(self, frames: np.ndarray, prompt: str) -> Any:
@@ -112,7 +137,8 @@ class HFVisionLanguageModel:
 
         Images go in nested per sample, in order (SmolVLM / Idefics3 require it, the Qwen processors accept
         it); a one-frame video goes in as an image, and a processor without video support (Idefics3) gets a
-        video's frames as images, in order. Each video is declared at its part's ``fps``, else ``video_fps``;
+        video's frames as images, in order. Each video is declared at its part's ``fps``, else ``video_fps``,
+        else (``video_fps=None``) as the official GridProbe code leaves it (see the class docstring);
         ``relative_times`` are not written (the templates want seconds)."""
         video_processor = getattr(self.processor, "video_processor", None)
         chat, images, videos, metadata = [], [], [], []
@@ -125,10 +151,18 @@ class HFVisionLanguageModel:
                     content += [{"type": "image"}] * len(part.frames)
                     images += [Image.fromarray(f) for f in part.frames]
                 else:
-                    n, h, w = part.frames.shape[:3]
+                    frames = part.frames
                     fps = part.fps or self.video_fps
+                    if fps is None:
+                        fps = UNDECLARED_VIDEO_FPS
+                        if hasattr(video_processor, "temporal_patch_size") and len(frames) % QWEN_FRAME_FACTOR:
+                            # qwen-vl-utils' padding; pixels are unchanged (the processor pads the same way),
+                            # but the last timestamp then averages frames n-1 and n, as the official's does
+                            pad = QWEN_FRAME_FACTOR - len(frames) % QWEN_FRAME_FACTOR
+                            frames = np.concatenate([frames, np.repeat(frames[-1:], pad, axis=0)])
+                    n, h, w = frames.shape[:3]
                     content.append({"type": "video"})
-                    videos.append(part.frames)
+                    videos.append(frames)
                     metadata.append({"total_num_frames": n, "fps": fps, "frames_indices": list(range(n)),
                                      "duration": n / fps, "height": h, "width": w})
             chat.append({"role": message.role, "content": content})
@@ -165,7 +199,7 @@ class HFVisionLanguageModel:
         inputs = self._inputs(frames, prompt)
         logits = self.model(**inputs, use_cache=False, logits_to_keep=1).logits[0, -1]
         if letters not in self._letter_ids:
-            self._letter_ids[letters] = letter_token_ids(self.processor.tokenizer, letters)
+            self._letter_ids[letters] = letter_token_ids(self.processor.tokenizer, letters, self.letter_pooling)
         return posterior_from_logits(logits, self._letter_ids[letters])
 
     @torch.no_grad()

@@ -307,35 +307,58 @@ def check_relative_times(relative_times: Sequence[float], n_frames: int) -> np.n
     return times
 
 
-def letter_surface_forms(letter: str) -> list[str]:
+# How letter scores are pooled over surface forms (``letter_token_ids``): "official" is GridProbe's
+# released code (eval/grid_sampled_ensemble_eval.py get_letter_token_id_variants), "distinct" ours.
+LETTER_POOLINGS = ("official", "distinct")
+# The surface forms the official code pools, in its order.
+OFFICIAL_LETTER_FORMS = ("{L}", " {L}", "({L}", "{L}.", " {L}.", "{L})")
+
+
+def letter_surface_forms(letter: str, pooling: str = "distinct") -> list[str]:
     """The ways a model may start writing answer ``letter``.
 
-    Spec B.2 lists ``L, " L", "(L", "L.", " L.", "L)"``; we add ``" (L"`` and ``"L:"``, which chat
-    models also emit. Extra forms can only add probability mass that belongs to the letter.
+    ``pooling="official"``: the six forms of GridProbe's released code and spec B.2, ``L, " L", "(L",
+    "L.", " L.", "L)"``. ``"distinct"`` (ours) adds ``" (L"`` and ``"L:"``, which chat models also
+    emit; extra forms can only add probability mass that belongs to the letter.
     """
     if not isinstance(letter, str) or len(letter) != 1:
         raise InputError("letter", letter, "pass a single character such as 'A'")
-    return [letter, f" {letter}", f"({letter}", f"{letter}.", f" {letter}.", f"{letter})", f" ({letter}", f"{letter}:"]
+    check_letter_pooling(pooling)
+    forms = [f.format(L=letter) for f in OFFICIAL_LETTER_FORMS]
+    return forms if pooling == "official" else forms + [f" ({letter}", f"{letter}:"]
 
 
-def letter_token_ids(tokenizer: Any, letters: Sequence[str]) -> list[list[int]]:
-    """For each letter, the distinct first token ids of its surface forms (no special tokens).
+def check_letter_pooling(pooling: str) -> str:
+    if pooling not in LETTER_POOLINGS:
+        raise InputError("letter_pooling", pooling, "use 'official' (GridProbe's released code) or 'distinct' (ours)")
+    return pooling
 
-    A first token shared by several letters (e.g. ``"("`` when a tokenizer splits ``"(B"`` into
-    ``"(" + "B"``) says nothing about which letter follows, and pooling it would pull every letter's
-    score towards the same value; such ids are dropped. A letter left with no id keeps the first
-    token of its bare form, so every letter always has a score.
+
+def letter_token_ids(tokenizer: Any, letters: Sequence[str], pooling: str = "distinct") -> list[list[int]]:
+    """For each letter, the first token ids of its surface forms (no special tokens), sorted or in form order.
+
+    ``pooling="official"`` (GridProbe's released code; the default of ``HFVisionLanguageModel``): every
+    first token of the six official forms, sorted, kept even when several letters share it (``"("``
+    when a tokenizer splits ``"(B"`` into ``"(" + "B"``): each letter then also receives that token's
+    probability, which pulls the letters' scores, and so the probe confidences, towards each other.
+
+    ``"distinct"`` (ours): the eight forms of ``letter_surface_forms``, and a first token shared by
+    several letters is dropped, since it says nothing about which letter follows. A letter left with
+    no id keeps the first token of its bare form, so every letter always has a score.
     """
+    check_letter_pooling(pooling)
     firsts: list[list[int]] = []
     for letter in letters:
         ids: list[int] = []
-        for form in letter_surface_forms(letter):
+        for form in letter_surface_forms(letter, pooling):
             tokens = tokenizer.encode(form, add_special_tokens=False)
             if len(tokens) and int(tokens[0]) not in ids:
                 ids.append(int(tokens[0]))
         if not ids:
             raise InputError("letters", letter, "the tokenizer encodes none of this letter's surface forms")
-        firsts.append(ids)
+        firsts.append(sorted(ids) if pooling == "official" else ids)
+    if pooling == "official":
+        return firsts
     owners: dict[int, int] = {}
     for ids in firsts:
         for i in ids:
@@ -370,30 +393,46 @@ def check_options(options: Sequence[str]) -> list[str]:
     return list(OPTION_LETTERS[: len(options)])
 
 
+PROMPT_STYLES = ("default", "videomme", "videomme_v2", "longvideobench")
+
+
 def format_mcq_prompt(question: str, options: Sequence[str], style: str = "default", subtitles: str | None = None) -> str:
     """The multiple-choice prompt, options lettered A, B, ... in order.
 
-    ``style="default"``: the generic lmms-eval wording ("Question: ... Options: (A) ... Answer with the
-    option's letter from the given choices directly."). ``"videomme_v2"`` and ``"longvideobench"``
-    follow the wording of GridProbe's benchmark scripts (spec B.7); the line breaks between their
-    parts are our reading of the spec. ``subtitles`` is only used by the benchmark styles.
+    ``style="default"`` (ours): the generic lmms-eval wording ("Question: ... Options: (A) ... Answer
+    with the option's letter from the given choices directly."); ``subtitles`` are not shown.
+    The benchmark styles are the prompts of GridProbe's released code, character for character:
+
+    - ``"videomme"``: Video-MME v1 (eval/video_mme.py ``build_prompt``); its last line names
+      "(A, B, C, or D)" whatever the option count, and it has no subtitle block (passing
+      ``subtitles`` is an error rather than a silent drop).
+    - ``"videomme_v2"``: Video-MME v2 (eval/video_mme_v2.py ``build_prompt_v2``); it always lists
+      "(A, B, C, D, E, F, G, or H)" and, with subtitles, opens with "This video's subtitles are
+      listed below:", the stripped subtitles and a blank line.
+    - ``"longvideobench"``: LongVideoBench (eval/longvideobench.py ``build_prompt_lvb``), blank lines
+      between its parts and an optional "Video subtitles:" block.
     """
     letters = check_options(options)
     if style == "default":
         lines = [f"Question: {question}", "Options:"] + [f"({L}) {o}" for L, o in zip(letters, options)]
         return "\n".join(lines + ["Answer with the option's letter from the given choices directly."])
+    if style == "videomme":
+        if subtitles:
+            raise InputError("subtitles", f"{len(subtitles)} characters", "the official Video-MME v1 prompt has no subtitle "
+                                                                          "block: use prompt_style 'videomme_v2' or 'longvideobench', or pass none")
+        listed = "\n".join(f"({L}) {o}" for L, o in zip(letters, options))
+        return f"Question: {question}\n\n{listed}\n\nAnswer with the letter of the correct option (A, B, C, or D)."
     if style == "videomme_v2":
-        listed = ", ".join(letters[:-1]) + f", or {letters[-1]}"
-        lines = ["Select the best answer to the following multiple-choice question based on the video.",
-                 f"Respond with only the letter ({listed}) of the correct option.",
-                 f"Question: {question}"] + [f"{L}. {o}." for L, o in zip(letters, options)]
-        text = "\n".join(lines)
-        return f"This video's subtitles are listed below: {subtitles}\n{text}" if subtitles else text
+        listed = "\n".join(f"{L}. {o}." for L, o in zip(letters, options))
+        body = ("Select the best answer to the following multiple-choice question based on the video.\n"
+                "Respond with only the letter (A, B, C, D, E, F, G, or H) of the correct option.\n"
+                f"Question: {question}\n{listed}")
+        return f"This video's subtitles are listed below:\n{subtitles.strip()}\n\n{body}" if subtitles else body
     if style == "longvideobench":
-        lines = ([f"[Video subtitles: {subtitles}]"] if subtitles else []) + [f"Question: {question}"]
-        lines += [f"({L}) {o}" for L, o in zip(letters, options)]
-        return "\n".join(lines + ["Answer with the letter of the correct option."])
-    raise InputError("style", style, "use 'default', 'videomme_v2' or 'longvideobench'")
+        listed = "\n".join(f"({L}) {o}" for L, o in zip(letters, options))
+        body = f"Question: {question}\n\n{listed}\n\nAnswer with the letter of the correct option."
+        return f"Video subtitles:\n{subtitles}\n\n{body}" if subtitles else body
+    raise InputError("style", style, f"use one of {', '.join(repr(s) for s in PROMPT_STYLES)}")
 
 
 def mcq_posterior(vlm: VisionLanguageModel, messages: Message | Sequence[Message], options: Sequence[str],

@@ -162,7 +162,7 @@ def test_option_posterior_matches_the_full_forward(vlm, frames):
     inputs = vlm._inputs(frames["video"], PROMPT)
     with torch.no_grad():
         logits = vlm.model(**inputs, use_cache=False).logits[0, -1]
-    expected = posterior_from_logits(logits, letter_token_ids(vlm.processor.tokenizer, "ABCD"))
+    expected = posterior_from_logits(logits, letter_token_ids(vlm.processor.tokenizer, "ABCD", vlm.letter_pooling))
     np.testing.assert_allclose(vlm.option_posterior(frames["video"], PROMPT, OPTIONS), expected, atol=1e-5)
 
 

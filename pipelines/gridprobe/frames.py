@@ -84,3 +84,73 @@ def thumbnails(frames: np.ndarray, max_side: int) -> np.ndarray:
     h, w = frames.shape[1:3]
     scale = min(1.0, max_side / max(h, w))
     return resize_frames(frames, scaled_size(h, w, scale)).copy()
+
+
+# ---- the official GridProbe probe resolutions (qwen-vl-utils 0.0.14, vision_process.py) --------------------
+
+# "official": eval/two_stage_eval.py's --max_video_pixels_probe 0, i.e. qwen-vl-utils' default video budget;
+# "official_crossmodel": eval/two_stage_eval_crossmodel.py's default 50176 px, a square resize.
+OFFICIAL_PROBE_PIXELS = {"official": 0, "official_crossmodel": 50176}
+QWEN_IMAGE_MIN_TOKENS, QWEN_IMAGE_MAX_TOKENS = 4, 16384  # IMAGE_MIN_TOKEN_NUM / IMAGE_MAX_TOKEN_NUM
+QWEN_VIDEO_MIN_TOKENS, QWEN_VIDEO_MAX_TOKENS = 128, 768  # VIDEO_MIN_TOKEN_NUM / VIDEO_MAX_TOKEN_NUM
+QWEN_MODEL_SEQ_LEN = 128000  # MODEL_SEQ_LEN (an environment override there; fixed here)
+QWEN_FRAME_FACTOR = 2
+QWEN_DEFAULT_PATCH = 14  # process_vision_info's image_patch_size when the processor names none
+
+
+def qwen_smart_resize(height: int, width: int, factor: int, min_pixels: float, max_pixels: float) -> tuple[int, int]:
+    """qwen-vl-utils' ``smart_resize``: sides rounded to multiples of ``factor``, area brought into
+    [min_pixels, max_pixels] keeping the aspect ratio as closely as the rounding allows."""
+    if max(height, width) / min(height, width) > 200:
+        raise InputError("frames", f"{width}x{height}", "an aspect ratio above 200 is refused by qwen-vl-utils")
+    h = max(factor, round(height / factor) * factor)
+    w = max(factor, round(width / factor) * factor)
+    if h * w > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h, w = math.floor(height / beta / factor) * factor, math.floor(width / beta / factor) * factor
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h, w = math.ceil(height * beta / factor) * factor, math.ceil(width * beta / factor) * factor
+    return h, w
+
+
+def official_probe_sizes(height: int, width: int, n_frames: int, mode: str, patch_size: int | None = None) -> list[tuple[int, int]]:
+    """The ``(H, W)`` steps GridProbe's official code takes a probe's frames through, last = final size.
+
+    The official ``build_inputs`` hands qwen-vl-utils a list of frames (plus ``resized_height`` =
+    ``resized_width`` = ``max(56, int(sqrt(px)) // 28 * 28)`` when a pixel cap ``px`` > 0 is set) and
+    the processor then runs with ``do_resize=False``. qwen-vl-utils resizes each frame in
+    ``fetch_image`` (image budget, or the requested square), then the stacked frames in
+    ``fetch_video`` (the video budget per frame: ``max(min(768 f², total / n * 2), 1.05 * 128 f²)``
+    with the list padded to an even ``n``, or the requested square again), ``f = 2 * patch_size``.
+    """
+    if mode not in OFFICIAL_PROBE_PIXELS:
+        raise InputError("probe_resolution", mode, f"use one of {', '.join(OFFICIAL_PROBE_PIXELS)}")
+    factor = 2 * int(patch_size or QWEN_DEFAULT_PATCH)
+    px = OFFICIAL_PROBE_PIXELS[mode]
+    if px > 0:
+        side = max(56, int(math.sqrt(px)) // 28 * 28)
+        square = qwen_smart_resize(side, side, factor, QWEN_IMAGE_MIN_TOKENS * factor**2, QWEN_IMAGE_MAX_TOKENS * factor**2)
+        return [square, qwen_smart_resize(*square, factor, QWEN_IMAGE_MIN_TOKENS * factor**2, QWEN_IMAGE_MAX_TOKENS * factor**2)]
+    first = qwen_smart_resize(height, width, factor, QWEN_IMAGE_MIN_TOKENS * factor**2, QWEN_IMAGE_MAX_TOKENS * factor**2)
+    n = math.ceil(n_frames / QWEN_FRAME_FACTOR) * QWEN_FRAME_FACTOR
+    min_pixels = QWEN_VIDEO_MIN_TOKENS * factor**2
+    total = QWEN_MODEL_SEQ_LEN * factor**2 * 0.9
+    max_pixels = max(min(QWEN_VIDEO_MAX_TOKENS * factor**2, total / n * QWEN_FRAME_FACTOR), int(min_pixels * 1.05))
+    return [first, qwen_smart_resize(*first, factor, min_pixels, max_pixels)]
+
+
+def official_resize(frames: np.ndarray, steps: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Frames resized the way qwen-vl-utils resizes a frame list: PIL's default (bicubic) resize to
+    ``steps[0]`` per frame, then torchvision's bicubic antialiased resize of the stack to ``steps[1]``
+    (uint8 in, so rounded back to uint8 as torchvision does; the official then casts to float)."""
+    import torch
+    from PIL import Image
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as TF
+
+    (h1, w1), (h2, w2) = steps
+    first = np.stack([np.asarray(Image.fromarray(f).resize((w1, h1))) for f in frames])
+    video = torch.from_numpy(first).permute(0, 3, 1, 2)
+    video = TF.resize(video, [h2, w2], interpolation=InterpolationMode.BICUBIC, antialias=True)
+    return np.ascontiguousarray(video.permute(0, 2, 3, 1).numpy())

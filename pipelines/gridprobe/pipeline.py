@@ -27,15 +27,16 @@ import torch
 from core.errors import InputError
 from core.memory import check_allocation
 from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, json_safe, make_generator, output_field, setting
-from pipelines.gridprobe.frames import (VideoInput, check_scale, check_size, fetch_frames, open_frame_source,
-                                        resize_frames, scaled_size, thumbnails)
+from pipelines.gridprobe.frames import (OFFICIAL_PROBE_PIXELS, VideoInput, check_scale, check_size, fetch_frames,
+                                        official_probe_sizes, official_resize, open_frame_source, resize_frames,
+                                        scaled_size, thumbnails)
 from pipelines.gridprobe.grid import GridLayout
 from pipelines.gridprobe.selection import (SELECTORS, TIE_BREAKS, importance_map, select_budget, select_positions,
                                            shape_stats)
 from pipelines.gridprobe.viz import frame_labels, frame_strip, heatmap_image, posterior_chart
-from planners.protocol import OPTION_LETTERS, check_options, format_mcq_prompt, peak_posterior
+from planners.protocol import OPTION_LETTERS, PROMPT_STYLES, check_options, format_mcq_prompt, peak_posterior
 
-PROMPT_STYLES = ("default", "videomme_v2", "longvideobench")
+PROBE_RESOLUTIONS = ("scale",) + tuple(OFFICIAL_PROBE_PIXELS)
 VLM_LOADER = "planners.loading:load_vlm"
 MAX_TEXT_CHARS = 2000  # a question or option longer than this is a mistake (a pasted file), not a question
 
@@ -74,8 +75,17 @@ class GridProbeConfig(PipelineConfig):
             ``(H, W)``. Default 0.5: the measured Pareto point (docs/BENCHMARKS.md: at 1/2 the
             builtin model gains accuracy at 1.89x less compute than full-frame, while full-size
             probes cost more than the full-frame pass itself); the paper's README runs use 1.0.
+        probe_resolution: ``scale`` (ours: ``probe_scale`` / ``probe_size`` with INTER_AREA), or the
+            official scripts' probe resolution, computed and resized the way qwen-vl-utils does
+            (``pipelines.gridprobe.frames.official_probe_sizes``) for the selector's patch size:
+            ``official`` = eval/two_stage_eval.py (``--max_video_pixels_probe 0``: qwen-vl-utils'
+            default video budget, aspect kept) and ``official_crossmodel`` =
+            eval/two_stage_eval_crossmodel.py (50176 px: a 224x224 square, aspect not kept);
+            ``probe_scale`` / ``probe_size`` are then unused.
         focus_scale / focus_size: the focused pass's resolution (default: full size).
-        prompt_style: ``default`` (lmms-eval wording), ``videomme_v2`` or ``longvideobench`` (spec B.7).
+        prompt_style: ``default`` (ours, lmms-eval wording), or the official code's ``videomme``
+            (Video-MME v1), ``videomme_v2`` or ``longvideobench`` prompt, character for character
+            (``planners.protocol.format_mcq_prompt``).
         thumbnail_side: long side of the chosen frames kept in the output for inspection. [DEFAULT 256]
     """
 
@@ -87,9 +97,11 @@ class GridProbeConfig(PipelineConfig):
     tie_break: str = setting("stable", help="order of equally important frames ('stable' is the reference's)", choices=TIE_BREAKS)
     probe_scale: float = setting(0.5, help="probe resolution as a fraction of the source side, in (0, 1]", range=(1e-3, 1.0))
     probe_size: tuple[int, int] | None = setting(None, help="probe size (H, W) in pixels; overrides probe_scale")
+    probe_resolution: str = setting("scale", help="'scale' (probe_scale / probe_size) or the official scripts' probe resolution",
+                                    choices=PROBE_RESOLUTIONS)
     focus_scale: float = setting(1.0, help="focused-pass resolution as a fraction of the source side", range=(1e-3, 1.0))
     focus_size: tuple[int, int] | None = setting(None, help="focused-pass size (H, W) in pixels; overrides focus_scale")
-    prompt_style: str = setting("default", help="MCQ prompt wording (default: lmms-eval's)", choices=PROMPT_STYLES)
+    prompt_style: str = setting("default", help="MCQ prompt wording (default: lmms-eval's; others: the official benchmark prompts)", choices=PROMPT_STYLES)
     thumbnail_side: int = setting(256, help="long side in pixels of the chosen frames kept in the output", range=(8, 4096))
 
     def __post_init__(self):
@@ -358,11 +370,27 @@ class GridProbePipeline(Pipeline):
                          f"the pool holds {n} frames of {size[1]}x{size[0]}: use a smaller grid")
 
     def probe_size(self, pool: Pool, scale: float | None = None) -> tuple[int, int]:
-        """The probes' ``(H, W)``: ``probe_size`` if set, else the source size times ``scale`` (default ``probe_scale``)."""
+        """The probes' ``(H, W)``: with ``scale`` the source size times it; else, per ``probe_resolution``,
+        ``probe_size`` if set or the source size times ``probe_scale`` (``scale``), or the official size."""
         h, w = pool.frames.shape[1:3]
         if scale is not None:
             return scaled_size(h, w, check_scale("probe_scale", scale))
+        if self.config.probe_resolution != "scale":
+            return self.official_probe_steps(pool)[-1]
         return scaled_size(h, w, self.config.probe_scale, self.config.probe_size)
+
+    def official_probe_steps(self, pool: Pool) -> list[tuple[int, int]]:
+        """qwen-vl-utils' resize steps for a K-frame probe at ``probe_resolution``, for the selector's patch
+        size (the official passes the processor's; a selector without one gets qwen-vl-utils' default 14)."""
+        h, w = pool.frames.shape[1:3]
+        patch = getattr(self.selector, "vision_patch_size", None)
+        return official_probe_sizes(h, w, self.config.grid, self.config.probe_resolution, patch)
+
+    def probe_frames(self, pool: Pool, scale: float | None = None) -> np.ndarray:
+        """All pool frames at probe resolution (``official_resize`` for the official resolutions)."""
+        if scale is None and self.config.probe_resolution != "scale":
+            return official_resize(pool.frames, self.official_probe_steps(pool))
+        return resize_frames(pool.frames, self.probe_size(pool, scale))
 
     def focus_size(self, pool: Pool) -> tuple[int, int]:
         h, w = pool.frames.shape[1:3]
@@ -376,7 +404,7 @@ class GridProbePipeline(Pipeline):
         ``callback(pipe, step, info)`` after each."""
         t0 = time.perf_counter()
         size = self.probe_size(pool, scale)
-        frames = resize_frames(pool.frames, size)
+        frames = self.probe_frames(pool, scale)
         logps, flops = [], 0.0
         probes = self.layout.probes()
         for step, probe in enumerate(self.progress_bar(probes, total=len(probes), desc="GridProbe probes")):
