@@ -36,7 +36,8 @@ import numpy as np
 
 from core.errors import InputError
 from core.memory import check_allocation
-from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, make_generator, output_field, setting
+from pipelines.base import (ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, component_backend, make_generator, output_field,
+                            setting)
 from pipelines.clear.dictionary import ConceptDictionary
 from planners.counterfactual import Mark, Selection
 from trackers.monitor import EventMonitor, ModeController, MonitorConfig, MonitorEvent, centroid, mask_iou
@@ -44,6 +45,14 @@ from trackers.protocol import Tracker, open_source
 from trackers.proposals import Candidate, Proposer
 
 MAX_QUERY_CHARS = 2000
+
+
+def _at_size(masks: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Id maps ``(T, h, w)`` at the input's ``(H, W)`` (nearest: ids are labels, never blended)."""
+    from core.frames import resize_frames
+
+    masks = masks.astype(np.uint8)
+    return masks if masks.shape[1:] == tuple(size) else resize_frames(masks, size, "nearest")
 _CLAUSE = re.compile(r"\b(that|which|who|whose|when|while|after|before|until|with|without|in|on|at|near|behind|from|into|to|than)\b", re.I)
 _FILLER = {"the", "a", "an", "segment", "find", "track", "show", "me", "please", "first", "last"}
 
@@ -69,6 +78,11 @@ class InstanceSelector(Protocol):
 class ClearConfig(PipelineConfig):
     """Settings of a CLEAR run (every value [PROPOSED]: the paper publishes none)."""
 
+    # [PROPOSED] auto: 256 on the builtin models (their world is 64-128 px; the 720p Big Buck Bunny clip then takes 48 s and
+    # 1.2 GB on one thread, against 4 min at 512), a real tracker's own input size (1024) otherwise
+    max_side: int | None = setting(None, help="work at most this many pixels on the longer side, decoded that small (the masks come "
+                                              "back at the input's own size); default: 256 on the builtin models, 1024 with a real "
+                                              "tracker; 0: the input's own size", range=(0, 4096))
     anchor_samples: int = setting(8, help="frames sampled to choose the anchor (the one with the most candidates)", range=(1, 64))
     selection_frames: int = setting(16, help="frames of the candidate tracks the planner sees", range=(1, 64))
     window: int = setting(16, help="past frames a tracker session keeps", range=(1, 256))
@@ -238,8 +252,6 @@ class ClearPipeline(Pipeline):
         presence (N, T))``."""
         anchor, first = max(samples, key=lambda s: (len(s[1]), -s[0]))
         n, (h, w) = len(source), first[0].mask.shape
-        cap = sum(len(c) for _, c in samples)
-        check_allocation("video", f"{n} frames x up to {cap} candidates", n * cap * h * w, "use a shorter clip")
         cands, starts, masks, presence = [], [], [], []
         step = 0
         for frame, props in [(anchor, first)] + [s for s in samples if s[0] != anchor]:
@@ -294,17 +306,18 @@ class ClearPipeline(Pipeline):
         self.check_inputs(query)
         self._phrase = concept_phrase(query)
         t0 = time.perf_counter()
-        source = open_source(video)
+        source, size = self.working_source(video)
         n = len(source)
         if n < 1:
             raise InputError("video", f"{n} frames", "the video has no frames")
         config = dataclasses.asdict(self.config)
-        samples = self.sample_proposals(source)
         h, w = np.asarray(source.get_frames([0])).shape[1:3]
+        self.check_memory(n, (h, w), size)  # before any work: the tracks, the overlay and the masks at the input's size
+        samples = self.sample_proposals(source)
         calls0 = self.planner_calls()
         if not any(c for _, c in samples):
             sel = Selection(None, False, 1.0, [], ["no candidate objects were found"])
-            return self._no_match(query, samples[0][0], (n, h, w), sel, {"total": time.perf_counter() - t0}, 0, config).convert(output_type)
+            return self._no_match(query, samples[0][0], (n, *size), sel, {"total": time.perf_counter() - t0}, 0, config).convert(output_type)
         anchor, cands, starts, tracks, presence = self.candidate_tracks(source, samples, callback_on_step_end)
         t_track = time.perf_counter()
         k = min(self.config.selection_frames, n)
@@ -318,7 +331,7 @@ class ClearPipeline(Pipeline):
         seconds = {"track": t_track - t0, "select": t_sel - t_track}
         if sel.no_match:
             seconds["total"] = time.perf_counter() - t0
-            out = self._no_match(query, anchor, (n, h, w), sel, seconds, self.planner_calls() - calls0, config)
+            out = self._no_match(query, anchor, (n, *size), sel, seconds, self.planner_calls() - calls0, config)
             return dataclasses.replace(out, marks=marks_img).convert(output_type)
         j = next(i for i, c in enumerate(cands) if c.id == sel.number)
         target = tracks[j].copy()
@@ -334,8 +347,32 @@ class ClearPipeline(Pipeline):
         return ClearOutput(query=query, target_id=sel.number, no_match=False, ambiguous=sel.ambiguous, anchor_frame=anchor, track_frame=starts[j],
                            selection=sel.to_dict(), events=events, modes=modes,
                            planner_calls=self.planner_calls() - calls0, seconds=seconds,
-                           masks=target.astype(np.uint8), marks=marks_img, overlay=self.overlay(source, target),
+                           masks=_at_size(target, size), marks=marks_img, overlay=self.overlay(source, target),
                            config=config).convert(output_type)
+
+    def working_source(self, video: Any):
+        """``(frame source, the input's (H, W))``: the video decoded at most ``max_side`` on its longer side
+        (paths, ``Video``s and arrays; any other frame source as it is), so nothing larger is ever decoded."""
+        from core.video import Video
+
+        source = open_source(video)
+        h, w = np.asarray(source.get_frames([0])).shape[1:3] if len(source) else (0, 0)
+        limit = self.config.max_side
+        if limit is None:
+            limit = 1024 if component_backend(self.tracker) == "hf" else 256
+        if not limit or max(h, w) <= limit or not (isinstance(video, (str, np.ndarray)) or hasattr(video, "__fspath__")):
+            return source, (h, w)
+        scale = limit / max(h, w)
+        return Video(video, height=max(2, round(h * scale)), width=max(2, round(w * scale))), (h, w)
+
+    def check_memory(self, n: int, work: tuple[int, int], size: tuple[int, int]) -> None:
+        """Refuse a request too large for memory before any work, naming the setting that shrinks it."""
+        h, w = work
+        tracks = n * self.max_candidates() * h * w  # boolean candidate tracks, the largest buffer
+        overlay = 2 * n * h * w * 3 if self.config.overlay else 0
+        masks = n * size[0] * size[1]
+        check_allocation("video", f"{n} frames at {w}x{h}", tracks + overlay + masks,
+                         "lower max_side (--max-side), max_candidates (--max-candidates), pass --no-overlay, or use a shorter clip")
 
     def overlay(self, source, target: np.ndarray) -> np.ndarray | None:
         """The frames with the target drawn on them (``config.overlay``), bounded by memory."""
