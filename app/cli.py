@@ -374,7 +374,7 @@ def _cmd_pipeline(args) -> int:
     import shutil
     import tempfile
 
-    from core.outputs import publish_file
+    from core.outputs import move_file, publish_file
 
     out_dir, video_file = args.out, _video_out(app, args.out, args.overwrite)
     if video_file is not None:
@@ -385,9 +385,8 @@ def _cmd_pipeline(args) -> int:
         scratch = out_dir = tempfile.mkdtemp(prefix="atelier-run-")
     try:
         _, summary = run_app(app, values, out_dir=out_dir, overwrite=args.overwrite)
-        if video_file is not None:
-            with publish_file(video_file, "--out", args.overwrite) as tmp:
-                shutil.copyfile(Path(summary["files"][f"{app.video_output}.mp4"]), tmp)
+        if video_file is not None:  # the clip moves to NAME.mp4 (written once), the rest stays in NAME/
+            move_file(summary["files"].pop(f"{app.video_output}.mp4"), video_file, "--out", args.overwrite)
             summary["files"] = {"video": str(video_file), **summary["files"]}
         for name, path in extra.items():
             if name not in summary["files"]:

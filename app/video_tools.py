@@ -138,7 +138,14 @@ def _motion_segmenter():
     mog = cv2.createBackgroundSubtractorMOG2(history=50, varThreshold=25, detectShadows=False)
     kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (5, 5))
 
+    started = False
+
     def segment(frame: np.ndarray) -> np.ndarray:
+        nonlocal started
+        if not started:  # the first frame is the background: MOG2 would call all of it foreground (a tinted poster frame)
+            started = True
+            mog.apply(frame, learningRate=1.0)
+            return np.zeros(frame.shape[:2], np.uint8)
         fg = mog.apply(frame)
         fg = cv2.morphologyEx(fg, cv2.MORPH_OPEN, kernel)
         return (fg > 0).astype(np.uint8)

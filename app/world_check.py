@@ -58,8 +58,12 @@ def uses_builtin(app, components: dict, options: dict) -> bool:
     """Whether any model of the run is a shipped builtin one: a slot left at its builtin default or named
     'builtin', or a saved ``--pipeline`` whose index records a builtin component."""
     if options.get("pipeline"):
-        from pipelines.base import read_index
+        from pathlib import Path
 
+        from pipelines.base import INDEX_FILE, read_index
+
+        if not (Path(options["pipeline"]).expanduser() / INDEX_FILE).is_file():
+            return False  # an official release folder (Bernini-Diffusers...): real checkpoints, nothing builtin
         saved = read_index(options["pipeline"])[0]["components"]
         backends = {slot: (entry or {}).get("backend") for slot, entry in saved.items()}
         return any(components.get(slot) in (None, "builtin") and backend == "builtin" for slot, backend in backends.items())

@@ -189,6 +189,19 @@ def publish_file(path: str | os.PathLike, name: str = "--out", overwrite: bool =
             tmp.unlink()
 
 
+def move_file(src: str | os.PathLike, dest: str | os.PathLike, name: str = "--out", overwrite: bool = False) -> Path:
+    """Move an output of ours, ``src``, to ``dest`` (a file there must be ours, or ``overwrite``): recorded in
+    ``dest``'s folder marker and dropped from ``src``'s, so the result is written once, not copied."""
+    src, dest = Path(src), Path(dest)
+    check_file(dest, name, overwrite)  # before the move: a refusal leaves src where it was
+    with publish_file(dest, name, overwrite) as tmp:
+        os.replace(src, tmp)
+    rest = read_marker(src.parent)
+    if rest.pop(src.name, None) is not None:
+        _write_marker(src.parent, rest)
+    return dest
+
+
 def _write_marker(folder: Path, files: dict[str, str]) -> None:
     marker = folder / MARKER
     if (marker.exists() or marker.is_symlink()) and not (marker.is_file() and not marker.is_symlink() and _is_marker(marker)):

@@ -56,6 +56,10 @@ class VideoInfo:
         """Length in seconds."""
         return self.num_frames / self.fps if self.fps > 0 else 0.0
 
+    def __repr__(self) -> str:  # the duration is a property, so the dataclass repr would leave it out
+        return (f"VideoInfo(source={self.source!r}, frames={self.num_frames}, fps={self.fps:.3f}, size={self.height}x{self.width}, "
+                f"duration={self.duration:.2f}s, codec={self.codec!r}, backend={self.backend!r})")
+
 
 class Video:
     """A random-access, streamable video.

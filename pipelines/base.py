@@ -750,17 +750,21 @@ def _save_masks(directory: Path, name: str, value: Any, fps: float) -> None:
 
 
 def _save_keypoints(directory: Path, name: str, value: Any, fps: float) -> None:
-    """COCO keypoint JSON: one annotation per frame, ``keypoints`` flattened (x, y, v) in pixels."""
+    """COCO keypoint JSON: one image per frame (id t + 1, file ``{t:05d}.jpg``: the ids worldgen's and DAVIS-style
+    exports use, so ``atelier score pose`` pairs them) and one annotation per frame, ``keypoints`` flattened
+    (x, y, v) in pixels."""
     from core.keypoints import keypoints_box, to_coco_json
 
     kps = _check_array(name, value, 3, "keypoints (T, 17, 3)")
-    anns = []
+    images, anns = [], []
     for t, kp in enumerate(kps):
         box = keypoints_box(kp)
         bbox = [box[0], box[1], box[2] - box[0], box[3] - box[1]] if box else [0, 0, 0, 0]
-        anns.append({"id": t + 1, "image_id": t, "category_id": 1, "keypoints": to_coco_json(kp),
+        images.append({"id": t + 1, "file_name": f"{t:05d}.jpg"})
+        anns.append({"id": t + 1, "image_id": t + 1, "category_id": 1, "keypoints": to_coco_json(kp),
                      "num_keypoints": int((kp[:, 2] > 0).sum()), "bbox": [float(v) for v in bbox]})
-    write_json_atomic(directory / f"{name}.coco.json", {"annotations": anns, "categories": [{"id": 1, "name": "person"}]})
+    write_json_atomic(directory / f"{name}.coco.json",
+                      {"images": images, "annotations": anns, "categories": [{"id": 1, "name": "person"}]})
 
 
 def _save_npy(directory: Path, name: str, value: Any, fps: float) -> None:

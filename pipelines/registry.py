@@ -243,6 +243,11 @@ def _field_type(hint: Any) -> tuple[type, bool, bool]:
     return hint, optional, False
 
 
+def saved_line(summary: dict) -> str:
+    """``saved: a, b, ...``: every file and folder a run wrote (its summary's ``files``), for the human output."""
+    return "saved: " + ", ".join(str(v) for v in summary["files"].values())
+
+
 def apps() -> dict[str, PipelineApp]:
     """Every registered ``PipelineApp`` by verb (imports each pipeline's app module)."""
     out = {}

@@ -46,7 +46,7 @@ from diffusers import (
 from core.device import select_device, select_dtype
 from core.errors import InputError
 from renderers import flow, rope
-from renderers.guidance import APG, Branch, CascadeGuidance, GuidanceScales
+from renderers.guidance import APG, Branch, CascadeGuidance, GuidanceScales, ModeGuidance
 
 logger = logging.getLogger(__name__)
 
@@ -203,6 +203,22 @@ def _seed_generator(generator: torch.Generator | int | None) -> torch.Generator 
     raise InputError("generator", generator, "pass a torch.Generator or a non-negative integer seed")
 
 
+def crop_text_features(features: torch.Tensor) -> torch.Tensor:
+    """UMT5 features ``(B, L, D)`` cut after the last row that is not all zero (the prompt's attention length:
+    ``encode_prompt`` zeroes every padded row), the longest over the batch; at least one row."""
+    nonzero = features.abs().sum(dim=-1).ne(0).any(dim=0)
+    rows = nonzero.nonzero()
+    length = int(rows[-1]) + 1 if rows.numel() else 1
+    return features[:, :length]
+
+
+def pad_context(context: torch.Tensor, min_length: int = 512) -> torch.Tensor:
+    """``context`` ``(B, L, D)`` zero-padded at the end to ``min_length`` rows (unchanged when longer)."""
+    if context.shape[1] >= min_length:
+        return context
+    return torch.cat([context, context.new_zeros(context.shape[0], min_length - context.shape[1], context.shape[2])], 1)
+
+
 # ---------------------------------------------------------------- the packed forward
 
 @lru_cache(maxsize=8)
@@ -317,6 +333,10 @@ class WanRenderer:
         cfg = _read_config(root)
         dev = select_device(device)
         dt = select_dtype(dtype, dev)
+        from renderers.bernini_official import check_diffusers_layout
+
+        # the libraries warn and init a missing tensor at random; a release folder must match exactly
+        check_diffusers_layout(root, transformer_2=not cfg.skip_transformer_2)
         transformer = WanTransformer3DModel.from_pretrained(root / "transformer", torch_dtype=dt).eval()
         transformer_2 = None
         if (root / "transformer_2" / "config.json").is_file() and not cfg.skip_transformer_2:
@@ -583,8 +603,14 @@ class WanRenderer:
     # ---- guided sampling
 
     def _contexts(self, text: torch.Tensor, negative: torch.Tensor | None,
-                  plan: PlanContexts | None) -> dict[str, torch.Tensor]:
-        """The cascade's three contexts (spec b.4, b.8): text (+ a plan variant) after UMT5 features."""
+                  plan: PlanContexts | None, min_length: int = 512) -> dict[str, torch.Tensor]:
+        """The cascade's three contexts (spec b.4, b.8): text (+ a plan variant) after UMT5 features.
+
+        With a plan, each UMT5 feature is first cropped to its prompt's length and the concatenation is
+        zero-padded to at least ``min_length`` rows, as the released planner does (T8mars planner.py
+        ``_conditioning_tensor`` / ``_pad_renderer_context``, BF16 parity claim); ``min_length`` 0 keeps
+        the exact length (xocialize's reading). Without a plan the 512-row UMT5 features go in as they are.
+        """
         if plan is None:
             out = {"wtxt_wovit": text, "wtxt_wvit": text}
             if negative is not None:
@@ -592,10 +618,12 @@ class WanRenderer:
             return out
         for f in fields(plan):
             self._check_context(f"plan.{f.name}", getattr(plan, f.name))
-        out = {"wtxt_wovit": torch.cat([text, plan.without_target.to(text)], 1),
-               "wtxt_wvit": torch.cat([text, plan.with_target.to(text)], 1)}
+        text = crop_text_features(text)
+        out = {"wtxt_wovit": pad_context(torch.cat([text, plan.without_target.to(text)], 1), min_length),
+               "wtxt_wvit": pad_context(torch.cat([text, plan.with_target.to(text)], 1), min_length)}
         if negative is not None:
-            out["wotxt_wovit"] = torch.cat([negative, plan.uncond.to(negative)], 1)
+            negative = crop_text_features(negative)
+            out["wotxt_wovit"] = pad_context(torch.cat([negative, plan.uncond.to(negative)], 1), min_length)
         return out
 
     @staticmethod
@@ -603,11 +631,15 @@ class WanRenderer:
         if latents == "wovae":
             return []
         if latents == "wvidvae":
-            return [s for s in segments if s.kind == "video"]
+            # the released samplers' V stream holds the first source video only (neuregex sampler.py v_cond)
+            return [s for s in segments if s.kind == "video"][:1]
+        if latents == "wimgvae":  # r2v_apg's I stream: the reference images alone
+            return [s for s in segments if s.kind == "image"]
         return list(segments)
 
-    def _guided(self, guide: CascadeGuidance, expert: str, x: torch.Tensor, t: torch.Tensor,
-                segments: Sequence[Segment], contexts: Mapping[str, torch.Tensor], batch: bool) -> torch.Tensor:
+    def _guided(self, guide: CascadeGuidance | ModeGuidance, expert: str, x: torch.Tensor, t: torch.Tensor,
+                segments: Sequence[Segment], contexts: Mapping[str, torch.Tensor], batch: bool,
+                sigma: torch.Tensor | None = None) -> torch.Tensor:
         """One step of the cascade; branches with the same sources and context length share one forward."""
         groups: dict[tuple[Any, ...], list[Branch]] = {}
         for i, br in enumerate(guide.branches):
@@ -623,6 +655,8 @@ class WanRenderer:
             segs = self._branch_sources(branches[0].latents, segments)
             out = self._forward(expert, x.repeat(n, 1, 1, 1, 1), t, ctx, segs)
             preds.update({br.name: o for br, o in zip(branches, out.chunk(n))})
+        if isinstance(guide, ModeGuidance) and guide.needs_sample:
+            return guide.combine(preds, sample=x, sigma=sigma)
         return guide.combine(preds)
 
     def _sampling_scheduler(self, flow_shift: float | None) -> Any:
@@ -642,7 +676,8 @@ class WanRenderer:
                  sources: Sequence[np.ndarray] = (), plan: PlanContexts | None = None,
                  height: int = 480, width: int = 832, num_frames: int = 81, num_inference_steps: int = 40,
                  guidance: GuidanceScales | None = DEFAULT_GUIDANCE, apg: APG | None = None,
-                 flow_shift: float | None = 5.0, batch_branches: bool = True,
+                 flow_shift: float | None = 5.0, batch_branches: bool = True, guidance_mode: str = "cascade",
+                 system_prompt: str | None = None, context_min_length: int = 512,
                  generator: torch.Generator | int | None = None, callback: StepInfoCallback | None = None,
                  output_type: Literal["np", "latent"] = "np") -> np.ndarray | torch.Tensor:
         """Render one clip: check -> encode -> noise -> guided flow sampling -> decode (spec b.5, b.8).
@@ -650,7 +685,11 @@ class WanRenderer:
         ``sources``: videos ``(T, H, W, 3)`` / images ``(H, W, 3)`` uint8 in conversation order (v2v: one
         video; r2v: reference images; rv2v: both). ``guidance``: the cascade's scales (default the
         official base table); rungs that cannot matter (no source video, no sources, no plan) are
-        skipped; ``None`` runs one conditional forward per step (no guidance). ``apg`` turns on APG.
+        skipped; ``None`` runs one conditional forward per step (no guidance). ``guidance_mode``: "cascade"
+        (our ladder; ``apg`` turns on its APG) or an official mode of ``renderers.guidance.ModeGuidance``
+        (``apg`` then holds Bernini-R's eta / norm cap / momentum, None = the official 0.5 / 50 / 0).
+        ``system_prompt``: prefixed to the prompt (not the negative) before UMT5, as the release does.
+        ``context_min_length``: see ``_contexts`` (with a plan only).
         With two experts the scales are multiplied by ``omega_scale`` once at the switch.
         ``callback(step, info)`` gets ``timestep``, ``expert`` and ``latents`` after each step.
         Returns uint8 frames ``(num_frames, height, width, 3)``, or the latents for ``output_type="latent"``.
@@ -664,16 +703,30 @@ class WanRenderer:
             raise InputError("plan", type(plan).__name__, "pass a PlanContexts or None")
         generator = _seed_generator(generator)
 
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise InputError("system_prompt", system_prompt, "pass a string or None")
+        if not _is_int(context_min_length) or context_min_length < 0:
+            raise InputError("context_min_length", context_min_length, "use a non-negative integer (512; 0 = exact length)")
+        if guidance_mode != "cascade":
+            ModeGuidance(guidance_mode)  # checks the name before any model runs
+        if system_prompt and prompt:
+            prompt = system_prompt + prompt  # literal prefix, no separator (neuregex loader.py TextEncoder.encode)
         text = self._text(prompt, text_embeds, "prompt", "text_embeds")
         negative = None if guidance is None else self._text(negative_prompt, negative_text_embeds,
                                                            "negative_prompt", "negative_text_embeds")
-        contexts = self._contexts(text, negative, plan)
+        contexts = self._contexts(text, negative, plan, context_min_length)
         segments = self.encode_sources(sources)
 
         guide = None
         if guidance is not None:
-            scales = guidance.for_sources(any(s.kind == "video" for s in segments), bool(segments))
-            guide = CascadeGuidance(scales if plan is not None else replace(scales, plan=0.0), apg)
+            has_video = any(s.kind == "video" for s in segments)
+            has_images = any(s.kind == "image" for s in segments)
+            if guidance_mode == "cascade":
+                scales = guidance.for_sources(has_video, bool(segments))
+                guide = CascadeGuidance(scales if plan is not None else replace(scales, plan=0.0), apg)
+            else:
+                guide = ModeGuidance(guidance_mode, guidance, apg=apg, has_video=has_video, has_images=has_images,
+                                     has_plan=plan is not None)
         cond = contexts["wtxt_wvit"] if plan is not None else contexts["wtxt_wovit"]
 
         shape = (1, int(self.transformer.config.in_channels), (num_frames - 1) // self.vae_scale_temporal + 1,
@@ -688,7 +741,7 @@ class WanRenderer:
                 return self._forward(expert, x, t, cond, segments)
             if expert == "low":
                 guide.switch_expert()  # once, at the first low-noise step (spec b.8)
-            return self._guided(guide, expert, x, t, segments, contexts, batch_branches)
+            return self._guided(guide, expert, x, t, segments, contexts, batch_branches, sigma)
 
         def on_step(i: int, t: torch.Tensor, x: torch.Tensor) -> None:
             if callback is not None:

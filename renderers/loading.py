@@ -2,6 +2,7 @@
 
     load_renderer("builtin")                      # the shipped builtin renderer (weights/builtin/renderer)
     load_renderer("/models/Bernini-R-Diffusers")  # a diffusers Wan folder (transformer/, vae/, ...)
+    load_renderer("/models/Bernini-Diffusers")    # the full release's renderer half (bernini/ shards, t5_*, vae/)
     load_renderer("/runs/renderer")               # a folder written by BuiltinRenderer.save_pretrained
     load_motion_renderer("builtin")               # AnyMotion's pose-guided builtin renderer (weights/builtin/motion_renderer)
 """
@@ -30,6 +31,12 @@ def load_renderer(spec: str | Path = "builtin", device: Any = None, dtype: Any =
     path = Path(spec).expanduser()
     if not path.is_dir():
         raise InputError("renderer", str(spec), "no such folder; pass 'builtin' or a renderer folder (e.g. Bernini-R-Diffusers)")
+    from renderers.bernini_official import is_full_layout
+
+    if is_full_layout(path):  # Bernini-Diffusers / -v2: the experts live in bernini/ shards
+        from renderers.bernini_official import load_official_renderer
+
+        return load_official_renderer(path, device=device, dtype=dtype)
     if (path / "transformer").is_dir() or (path / "model_index.json").is_file():
         from renderers.hf_wan import WanRenderer
 

@@ -11,7 +11,7 @@ from tiny_wan import TEXT_DIM, build_tiny_bernini_r
 
 from core.errors import InputError
 from pipelines.bernini import BerniniConfig, BerniniPipeline
-from pipelines.bernini.tasks import HF_DEFAULTS
+from pipelines.bernini.tasks import DEFAULT_NEG_PROMPT, task_defaults
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -59,12 +59,13 @@ def test_t2v_v2v_r2v_through_one_pipeline(pipe):
     r2v = pipe("the two objects dance", references=[clip(2)[0], clip(3)[0]], generator=0)
     for out, task in ((t2v, "t2v"), (v2v, "v2v"), (r2v, "r2v")):
         assert out.task == task and out.video.shape == (5, 32, 32, 3) and out.video.dtype == np.uint8
-        assert out.plan_tokens is not None and out.plan_tokens.shape[:3] == (1, 2, 2) and isinstance(out.cot_text, str)
+        assert out.plan_tokens is not None and out.plan_tokens.shape[:3] == (1, 2, 2) and out.cot_text is None  # no CoT (official)
     assert not np.array_equal(t2v.video, v2v.video) and not np.array_equal(v2v.video, r2v.video)
-    # the official tables: t2v's text and plan scales, v2v's video rung, APG only for rv2v
-    assert t2v.config["guidance"]["text"] == HF_DEFAULTS["t2v"].guidance.text == 5.0 and t2v.config["guidance"]["plan"] == 1.2
-    assert v2v.config["guidance"]["video"] == 1.25 and v2v.config["apg"] is False and v2v.config["flow_shift"] == 5.0
-    assert HF_DEFAULTS["rv2v"].apg
+    # a planner with no recorded release runs the v1 table (the official demo's fallback): wapg, t2v text 4 / plan .5
+    assert t2v.config["release"] == "v1" and t2v.config["guidance_mode"] == "vae_txt_vit_wapg"
+    assert t2v.config["guidance"]["text"] == task_defaults("t2v", "v1").guidance.text == 4.0 and t2v.config["guidance"]["plan"] == 0.5
+    assert v2v.config["guidance"]["video"] == 1.25 and v2v.config["apg"] is True and v2v.config["flow_shift"] == 5.0
+    assert v2v.config["negative_prompt"] == DEFAULT_NEG_PROMPT and task_defaults("rv2v", "v2").mode == "rv2v"
 
 
 def test_save_reload_gives_identical_clips_and_settings_override_the_table(pipe, tmp_path):
@@ -86,6 +87,7 @@ def test_renderer_alone_is_bernini_r(release):
     pipe.set_progress_bar_config(disable=True)
     out = pipe("a cat", generator=0)
     assert out.plan_tokens is None and out.video.shape == (5, 32, 32, 3)
+    assert out.config["release"] == "r" and out.config["guidance_mode"] == "t2v_apg" and out.config["flow_shift"] == 3.0
 
 
 def test_bad_requests_name_the_argument(pipe, release, tmp_path):

@@ -223,8 +223,12 @@ def test_plan_contexts_add_the_plan_rung(renderer: WanRenderer, monkeypatch) -> 
     calls = _count_forwards(monkeypatch, renderer)
     plan = PlanContexts(with_target=_text(3, n=5), without_target=_text(4, n=2), uncond=_text(5, n=2))
     out = renderer.generate("a square", plan=plan, generator=0, **FAST)
-    # base + text share a length (16 + 2); the plan rung (16 + 5) runs alone.
-    assert out.shape == (5, 32, 32, 3) and calls == [2, 1, 2, 1]
+    # with a plan the UMT5 rows are cropped to the prompt and every context padded to 512 (the release's
+    # _pad_renderer_context): the three rungs share a length and one batched forward
+    assert out.shape == (5, 32, 32, 3) and calls == [3, 3]
+    calls.clear()
+    renderer.generate("a square", plan=plan, generator=0, context_min_length=0, **FAST)
+    assert calls == [1, 1, 1] * 2  # exact lengths: negative + 2, prompt + 2, prompt + 5: no two rungs batch
 
 
 # ---------------------------------------------------------------- text, VAE, memory

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipelines.anymotion.pipeline import AnyMotionOutput
-from pipelines.registry import Input, PipelineApp
+from pipelines.registry import Input, PipelineApp, saved_line
 
 EXAMPLES = """\
 examples:
@@ -37,7 +37,7 @@ def format_summary(s: dict) -> str:
     if s.get("reasoning"):
         lines.append(f"reasoning: {s['reasoning']}")
     if s.get("files"):
-        lines.append("saved: " + ", ".join(s["files"].values()))
+        lines.append(saved_line(s))
     return "\n".join(lines)
 
 

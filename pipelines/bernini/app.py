@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipelines.bernini.pipeline import BerniniOutput
-from pipelines.registry import Input, PipelineApp
+from pipelines.registry import Input, PipelineApp, saved_line
 
 GENERATE_EXAMPLES = """\
 examples:
@@ -55,7 +55,7 @@ def format_summary(s: dict) -> str:
     if s.get("cot"):
         lines.append(f"chain of thought: {s['cot']}")
     if s.get("files"):
-        lines.append("saved: " + ", ".join(s["files"].values()))
+        lines.append(saved_line(s))
     return "\n".join(lines)
 
 

@@ -33,7 +33,21 @@ import torch
 from core.errors import InputError
 from core.memory import check_allocation
 from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, generator_and_seed, output_field, setting
-from pipelines.bernini.tasks import HF_DEFAULTS, MAX_REFERENCES, TASKS, infer_task
+from pipelines.bernini.tasks import (
+    MAX_REFERENCES,
+    RELEASES,
+    TASKS,
+    fit_media_size,
+    infer_task,
+    source_frame_indices,
+    system_prompt_for_task,
+    task_defaults,
+)
+from renderers.guidance import GUIDANCE_MODES
+
+OFFICIAL = ("r", "v1", "v2")
+BUILTIN_TASKS = ("t2v", "t2i", "i2v", "v2v", "r2v", "rv2v")  # what the builtin models were trained on
+SIZE_FROM_SOURCE = {"v2v": "video", "mv2v": "video", "rv2v": "video", "ads2v": "video", "i2i": "image"}
 
 MAX_PROMPT_CHARS = 2000
 MAX_FRAMES = 241
@@ -66,10 +80,16 @@ class PlanEncoder(Protocol):
 class BerniniConfig(PipelineConfig):
     """Settings of a Bernini call; None takes the task's default (``pipelines.bernini.tasks``)."""
 
-    task: str = setting("auto", help="what to do: auto (from the inputs), t2v, t2i, i2v, v2v (edit a video), r2v (references), rv2v",
-                        choices=("auto", *TASKS))
+    task: str = setting("auto", help="what to do: auto (from the inputs), t2v, t2i, i2v, i2i, v2v (edit a video), mv2v, r2v (references), "
+                                     "rv2v, ads2v", choices=("auto", *TASKS))
+    release: str = setting("auto", help="which release's tables and numerics: r (Bernini-R), v1, v2 (Bernini-Diffusers, -v2), builtin "
+                                        "(our own models); auto: what loading recorded, else builtin / r without a planner / v1",
+                           choices=("auto", *RELEASES))
+    guidance_mode: str = setting("auto", help="hf renderer: the guidance formula (auto: the release's table for the task)",
+                                 choices=("auto", *GUIDANCE_MODES))
     plan: bool = setting(True, help="plan the target in ViT space first (off: the renderer alone, from the text)")
-    cot: bool = setting(True, help="let the planner write its chain of thought before the plan, if it was trained to (off: skip it)")
+    cot: bool = setting(True, help="let the planner write its chain of thought before the plan, if it was trained to (off: skip it; "
+                                   "official checkpoints never do)")
     num_frames: int | None = setting(None, help="frames of the output (None: the task's default; Wan needs 4k+1)", range=(1, MAX_FRAMES))
     height: int | None = setting(None, help="output height in pixels (None: the renderer's default)", range=(16, 1280))
     width: int | None = setting(None, help="output width in pixels (None: the renderer's default)", range=(16, 1280))
@@ -85,9 +105,12 @@ class BerniniConfig(PipelineConfig):
     guidance_image: float | None = setting(None, help="hf renderer: guidance on all sources (None: the task's table)", range=(0.0, 20.0))
     guidance_text: float | None = setting(None, help="hf renderer: guidance on the text (None: the task's table)", range=(0.0, 20.0))
     guidance_plan: float | None = setting(None, help="hf renderer: guidance on the plan (None: the task's table)", range=(0.0, 20.0))
-    apg: str = setting("auto", help="hf renderer: adaptive projected guidance (auto: the task's table, on for rv2v)", choices=("auto", "on", "off"))
-    flow_shift: float | None = setting(None, help="hf renderer: the sampler's flow shift (None: 5.0)", range=(0.01, 100.0))
-    negative_prompt: str = setting("", help="what the text guidance steers away from (empty: nothing)")
+    apg: str = setting("auto", help="hf renderer, guidance_mode cascade: its APG on or off (auto: off); the official modes carry their own",
+                       choices=("auto", "on", "off"))
+    flow_shift: float | None = setting(None, help="hf renderer: the sampler's flow shift (None: the release's: 3.0 Bernini-R, 5.0 full)",
+                                       range=(0.01, 100.0))
+    negative_prompt: str = setting("", help="what the text guidance steers away from (empty: the release's official one on hf, "
+                                            "nothing on builtin; a single space: nothing)")
     tiling: bool = setting(False, help="hf renderer: decode the VAE in tiles (less memory at large sizes)")
     cpu_offload: bool = setting(False, help="hf renderer: keep each model on the CPU until it runs (less GPU memory, slower)", flag="--offload")
 
@@ -160,6 +183,21 @@ class BerniniPipeline(Pipeline):
     }
     config_class = BerniniConfig
 
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, *, release: str | None = None, **kwargs: Any) -> BerniniPipeline:
+        """A saved pipeline (``pipeline.json``), or an official release folder as it downloads: ``Bernini-Diffusers``
+        / ``-v2`` (planner + renderer) or ``Bernini-R-Diffusers`` (renderer alone), loaded strictly
+        (``pipelines.bernini.official``). ``release`` ("r", "v1", "v2") overrides the detected one; it is kept in
+        ``config.release`` and so in every output's config."""
+        from pipelines.bernini.official import layout_of, load_official
+
+        if layout_of(directory) is not None:
+            return load_official(cls, directory, release=release, **kwargs)
+        pipe = super().from_pretrained(directory, **kwargs)
+        if release is not None:
+            pipe.config = dataclasses.replace(pipe.config, release=release)  # checked by __post_init__
+        return pipe
+
     # ---- checks
 
     @property
@@ -176,18 +214,44 @@ class BerniniPipeline(Pipeline):
         if len(references) > MAX_REFERENCES:
             raise InputError("references", f"{len(references)} images", f"give 1 to {MAX_REFERENCES} reference images")
 
-    def _geometry(self, task: str) -> tuple[int, int, int]:
+    @property
+    def release(self) -> str:
+        """The release whose tables and numerics apply: the setting, else what loading recorded on the
+        renderer or planner (``release``), else builtin for the builtin backend, r (Bernini-R) for an hf
+        renderer alone and v1 with a planner (the official demo's fallback when the folder is not "-v2")."""
+        if self.config.release != "auto":
+            return self.config.release
+        for part in (self.renderer, self.planner):
+            found = getattr(part, "release", None)
+            if found in RELEASES:
+                return found
+        if self.backend == "builtin":
+            return "builtin"
+        return "r" if self.planner is None else "v1"
+
+    def _defaults(self, task: str):
+        """The official row (hf), or None (builtin: the models' own configs)."""
+        release = self.release
+        if release == "builtin" or self.backend == "builtin":
+            return None
+        return task_defaults(task, release)
+
+    def _geometry(self, task: str, source_hw: tuple[int, int] | None = None) -> tuple[int, int, int]:
         """(num_frames, height, width) of the output: the settings, else the task's default (a source clip is
-        sampled to it), checked against what the renderer takes."""
+        sampled to it), checked against what the renderer takes. On hf, edits (v2v, mv2v, rv2v, ads2v, i2i)
+        take the size of their source by ``fit_media_size`` as the release does (``source_hw``)."""
         c = self.config
+        d = self._defaults(task)
         if self.backend == "builtin":
             rc = self.renderer.config
             frames, height, width = rc.num_frames, rc.image_size, rc.image_size
         else:
-            d = HF_DEFAULTS[task]
+            d = d or task_defaults(task, "v1")  # release "builtin" on an hf renderer: the v1 numbers
             frames, height, width = d.num_frames, d.height, d.width
+            if task in SIZE_FROM_SOURCE and source_hw is not None:
+                height, width = fit_media_size(int(source_hw[0]), int(source_hw[1]), d.max_image_size)
         frames = c.num_frames or frames
-        if task == "t2i" and self.backend == "hf":
+        if task in ("t2i", "i2i") and self.backend == "hf":
             frames = 1
         height, width = c.height or height, c.width or width
         if self.backend == "builtin":
@@ -221,19 +285,39 @@ class BerniniPipeline(Pipeline):
         return resize_frames(frame[None], size)[0]
 
     @staticmethod
-    def _video(value: Any, frames: int, size: tuple[int, int]) -> np.ndarray:
-        """``frames`` frames sampled evenly over the source (a shorter one held on its last frame), resized."""
+    def _source_hw(value: Any) -> tuple[int, int] | None:
+        """(height, width) of a source (array or file), None when there is none."""
+        from core.video import Video
+
+        if value is None:
+            return None
+        if isinstance(value, np.ndarray):
+            return (int(value.shape[-3]), int(value.shape[-2])) if value.ndim in (3, 4) else None
+        if isinstance(value, (str, Path)):
+            with Video(value) as v:
+                return int(v.info.height), int(v.info.width)
+        return None
+
+    @staticmethod
+    def _video(value: Any, frames: int, size: tuple[int, int], fps: float | None = None) -> np.ndarray:
+        """``frames`` frames of the source (a shorter one held on its last frame), resized. ``fps`` None: spread
+        evenly over the whole clip (the builtin models' sampling); else the clip resampled to ``fps`` from its
+        start (``source_frame_indices``: consecutive frames when the rates agree; an array counts as ``fps``)."""
         from core.frames import resize_frames
         from core.video import Video
 
         if isinstance(value, np.ndarray) and (value.dtype != np.uint8 or value.ndim != 4 or value.shape[-1] != 3):
             raise InputError("video", getattr(value, "shape", value), "pass a uint8 RGB clip (T, H, W, 3) or a video path")
-        with Video(value) as v:
+        with Video(value, fps=fps if isinstance(value, np.ndarray) else None) as v:
             n = len(v)
-            k = min(n, frames)
+            if fps is None:
+                pick = [int(i) for i in np.linspace(0, n - 1, min(n, frames)).round()]
+            else:
+                pick = source_frame_indices(n, float(v.info.fps), frames, fps)
+            k = len(pick)
             check_allocation("video", f"{k} frames", k * (v.info.height * v.info.width + size[0] * size[1]) * 3,
                              "pass a shorter clip or fewer num_frames")
-            clip = np.asarray(v.get_frames([int(i) for i in np.linspace(0, n - 1, k).round()]))
+            clip = np.asarray(v.get_frames(pick))
         if len(clip) < frames:
             clip = np.concatenate([clip, np.repeat(clip[-1:], frames - len(clip), 0)])
         return resize_frames(clip, size)
@@ -255,11 +339,26 @@ class BerniniPipeline(Pipeline):
         gen, seed = generator_and_seed(generator)
         self.check_inputs(prompt, references)
         task = infer_task(self.config.task, video is not None, image is not None, len(references))
-        frames, height, width = self._geometry(task)
+        if self.backend == "builtin" and task not in BUILTIN_TASKS:
+            raise InputError("task", task, f"the builtin models were trained on {list(BUILTIN_TASKS)}; "
+                                           "this task needs an official checkpoint (hf)")
+        d = self._defaults(task)
+        source = video if SIZE_FROM_SOURCE.get(task) == "video" else image
+        frames, height, width = self._geometry(task, self._source_hw(source) if d is not None else None)
         size = (height, width)
-        source_video = self._video(video, frames, size) if video is not None else None
-        refs = [self._image(r, f"references[{i}]", size) for i, r in enumerate(references)]
-        first = self._image(image, "image", size) if image is not None else None
+        if d is None:  # builtin: every source stretched to the target, the clip sampled over its length
+            source_video = self._video(video, frames, size) if video is not None else None
+            refs = [self._image(r, f"references[{i}]", size) for i, r in enumerate(references)]
+            first = self._image(image, "image", size) if image is not None else None
+        else:  # the release: each source keeps its aspect (fit_media_size), the clip read at the output fps
+            def fit(hw: tuple[int, int] | None) -> tuple[int, int]:
+                return fit_media_size(int(hw[0]), int(hw[1]), d.max_image_size) if hw is not None else size
+
+            source_video = self._video(video, frames, fit(self._source_hw(video)) if task not in SIZE_FROM_SOURCE else size,
+                                       fps=float(d.fps)) if video is not None else None
+            refs = [self._image(r, f"references[{i}]", fit(self._source_hw(r))) for i, r in enumerate(references)]
+            first = self._image(image, "image", size if task in SIZE_FROM_SOURCE else fit(self._source_hw(image))) \
+                if image is not None else None
         sources = ([source_video] if source_video is not None else []) + ([first] if first is not None else []) + refs
         t_in = time.perf_counter()
 
@@ -277,7 +376,8 @@ class BerniniPipeline(Pipeline):
             from renderers.builtin import plan_frame_indices
 
             plan_frames = [i for i in plan_frame_indices(frames, tokens.shape[0]) if i < len(clip)]
-        config = {**dataclasses.asdict(self.config), "task": task, "num_frames": len(clip), "height": height, "width": width, **settings}
+        config = {**dataclasses.asdict(self.config), "task": task, "release": self.release, "num_frames": len(clip), "height": height,
+                  "width": width, **settings}
         out = BerniniOutput(prompt=prompt, task=task, seed=seed, cot_text=None if plan_out is None else plan_out.cot_text,
                             config=config, fps=12.0 if self.backend == "builtin" else 16.0, seconds={"inputs": t_in - t0, "plan": t_plan - t_in, "render": t_end - t_plan, "total": t_end - t0},
                             video=clip, plan_tokens=tokens, plan_frames=plan_frames)
@@ -287,11 +387,17 @@ class BerniniPipeline(Pipeline):
               gen: torch.Generator, callback: Callable | None):
         from planners.semantic import PlanRequest
 
+        from planners.semantic.layout import official_system_prompt
+        from planners.semantic.planner import OFFICIAL_STREAMS
+
         c, pc = self.config, self.planner.config
+        official = self.backend == "hf" and self.release in OFFICIAL
         encode = self.encoder.encode_visual if self.encoder is not None else getattr(self.planner.backbone, "encode_visual", None)
         if sources and encode is None:
             raise InputError("encoder", None, "this planner reads sources through an encoder: pass encoder='builtin'")
-        visual = [encode(s, "video" if s.ndim == 4 else "image") for s in sources]
+        # the release reads sources at 2 fps within 50176 pixels (bicubic); our own planners as their processor does
+        read = {"source_fps": 16.0, "planner_fps": 2.0, "max_pixels": 50176} if official and self.encoder is None else {}
+        visual = [encode(s, "video" if s.ndim == 4 else "image", **read) for s in sources]
         if pc.text_embed_dim:
             if self.encoder is None or not hasattr(self.encoder, "encode_prompt"):
                 raise InputError("encoder", None, "this planner reads prompts as text states: pass encoder='builtin'")
@@ -299,7 +405,9 @@ class BerniniPipeline(Pipeline):
             neg = self.encoder.encode_prompt(c.negative_prompt) if c.negative_prompt.strip() else None
             request = PlanRequest(prompt_embeds=embeds, negative_prompt_embeds=neg, sources=visual, task=task)
         else:
-            request = PlanRequest(prompt=prompt, negative_prompt=c.negative_prompt or None, sources=visual, task=task)
+            negative = self._negative(task) if self.backend == "hf" else c.negative_prompt
+            request = PlanRequest(prompt=prompt, negative_prompt=negative.strip() and negative or None, sources=visual, task=task,
+                                  system_prompt=official_system_prompt(task) if official else None)
         if self.backend == "builtin":
             rc = self.renderer.config
             grid = (min(rc.plan_frames, frames), height // rc.plan_patch, width // rc.plan_patch)
@@ -307,7 +415,7 @@ class BerniniPipeline(Pipeline):
             from planners.semantic.layout import target_grid
 
             grid = target_grid(max(frames, 2), height, width)
-        d = HF_DEFAULTS[task] if self.backend == "hf" else None
+        d = self._defaults(task)
         steps = c.planning_steps or (d.planning_steps if d else None)
         denoise = c.denoising_steps or (d.denoising_steps if d else None)
         txt = c.plan_text_cfg if c.plan_text_cfg is not None else (d.txt_cfg if d else None)
@@ -329,13 +437,23 @@ class BerniniPipeline(Pipeline):
             best, best_score = None, -math.inf
             for _ in range(k):  # one generator: candidate j is the j-th draw after the seed, so a seed repeats the pick
                 out = self.planner.plan(request, grid=grid, steps=steps, denoising_steps=denoise, txt_cfg=txt, img_cfg=img,
-                                        cot=c.cot and pc.cot, generator=gen, callback=on_step)
+                                        cot=c.cot and pc.cot and not official, generator=gen, callback=on_step,
+                                        **(OFFICIAL_STREAMS if official else {}))
                 s = score(out.tokens, prompt) if k > 1 else 0.0
                 if s > best_score:
                     best, best_score = out, s
             return best
         finally:
             bar.close()
+
+    def _negative(self, task: str) -> str:
+        """The negative prompt of an hf run: the setting, else the release's official one for the task (a
+        single space: none)."""
+        given = self.config.negative_prompt
+        if given:
+            return given if given.strip() else ""
+        d = self._defaults(task)
+        return d.negative_prompt if d is not None else ""
 
     def _render(self, prompt: str, task: str, sources: list[np.ndarray], plan_out: Any, frames: int, height: int, width: int,
                 gen: torch.Generator, callback: Callable | None) -> tuple[np.ndarray, dict]:
@@ -350,13 +468,20 @@ class BerniniPipeline(Pipeline):
             from renderers.guidance import APG
             from renderers.hf_wan import PlanContexts
 
-            d = HF_DEFAULTS[task]
+            d = self._defaults(task) or task_defaults(task, "v1")
             g = d.guidance
             scales = dataclasses.replace(g, video=_pick(c.guidance_video, g.video), image=_pick(c.guidance_image, g.image),
                                          text=_pick(c.guidance_text, g.text), plan=_pick(c.guidance_plan, g.plan))
-            apg = d.apg if c.apg == "auto" else c.apg == "on"
+            mode = d.mode if c.guidance_mode == "auto" else c.guidance_mode
+            if mode == "cascade":
+                apg = c.apg == "on"
+                apg_cfg = APG() if apg else None
+            else:  # the official modes carry their own projection; Bernini-R's APG uses the table's eta / momentum
+                apg = mode not in ("rv2v", "v2v")
+                apg_cfg = APG(eta=d.eta, momentum=d.momentum)
             steps = c.steps or d.steps
             shift = _pick(c.flow_shift, d.flow_shift)
+            official = self.release in OFFICIAL
             plan = None
             if plan_out is not None:
                 if plan_out.contexts is None:
@@ -367,9 +492,13 @@ class BerniniPipeline(Pipeline):
                 self.renderer.enable_tiling()
             if c.cpu_offload and hasattr(self.renderer, "enable_model_cpu_offload"):
                 self.renderer.enable_model_cpu_offload()
-            settings = {"steps": steps, "flow_shift": shift, "apg": apg, "guidance": dataclasses.asdict(scales)}
-            kwargs = dict(prompt=prompt, negative_prompt=c.negative_prompt, sources=sources, plan=plan, height=height, width=width,
-                          num_frames=frames, num_inference_steps=steps, guidance=scales, apg=APG() if apg else None, flow_shift=shift)
+            negative = self._negative(task)
+            system = system_prompt_for_task(task) if official else None
+            settings = {"steps": steps, "flow_shift": shift, "apg": apg, "guidance_mode": mode, "guidance": dataclasses.asdict(scales),
+                        "negative_prompt": negative, "system_prompt": system}
+            kwargs = dict(prompt=prompt, negative_prompt=negative, sources=sources, plan=plan, height=height, width=width,
+                          num_frames=frames, num_inference_steps=steps, guidance=scales, apg=apg_cfg, flow_shift=shift,
+                          guidance_mode=mode, system_prompt=system)
         bar = self.progress_bar(total=steps, desc="render")
 
         decode = getattr(self.renderer, "decode_tokens", None) if self.backend == "builtin" else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipelines.clear.pipeline import ClearOutput
-from pipelines.registry import Input, PipelineApp
+from pipelines.registry import Input, PipelineApp, saved_line
 
 EXAMPLES = """\
 examples:
@@ -56,7 +56,7 @@ def format_summary(s: dict) -> str:
              f"on screen in {s['target_frames']} of {s['frames']} frames; {s['events']} events, {s['slow_frames']} slow re-anchorings, "
              f"{s['planner_calls']} planner calls; {s['seconds']['total']:.2f} s"]
     if s.get("files"):
-        lines.append("saved: " + ", ".join(s["files"].values()))
+        lines.append(saved_line(s))
     return "\n".join(lines)
 
 

@@ -6,7 +6,7 @@ import html
 from typing import Any
 
 from pipelines.humor.pipeline import HumorOutput
-from pipelines.registry import Input, PipelineApp
+from pipelines.registry import Input, PipelineApp, saved_line
 
 EXAMPLES = """\
 examples:
@@ -41,7 +41,7 @@ def format_summary(s: dict) -> str:
         anchored = f", from path {m['anchored_path']}" if m["anchored_path"] else ""
         lines.append(f"#{m['rank']} reward {m['reward']:.2f}{anchored}: " + " / ".join(m["boxes"]))
     if s.get("files"):
-        lines.append("saved: " + ", ".join(v for k, v in s["files"].items() if k.startswith(("meme_1", "gallery", "result"))))
+        lines.append(saved_line(s))
     return "\n".join(lines)
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from core.errors import InputError
 from pipelines.latent_reasoning.pipeline import LatentReasoningOutput
-from pipelines.registry import Input, PipelineApp
+from pipelines.registry import Input, PipelineApp, saved_line
 
 EXAMPLES = """\
 examples:
@@ -46,7 +46,7 @@ def format_summary(s: dict) -> str:
         lines.append(f"slot {pk['slot']} looks at cell {tuple(pk['cell'])}, box {pk['box']} (weight {pk['weight']:.2f})")
     lines.append(f"region found: {s['region']}")
     if s.get("files"):
-        lines.append("saved: " + ", ".join(v for k, v in s["files"].items() if k.startswith(("slots.png", "zoom", "result"))))
+        lines.append(saved_line(s))
     return "\n".join(lines)
 
 

@@ -309,15 +309,26 @@ class HFPlannerBackbone(nn.Module):
         return self.model.lm_head(hidden)
 
     @torch.no_grad()
-    def encode_visual(self, frames: np.ndarray, kind: str | None = None) -> VisualTokens:
+    def encode_visual(self, frames: np.ndarray, kind: str | None = None, *, source_fps: float = 16.0,
+                      planner_fps: float | None = None, max_pixels: int | None = None) -> VisualTokens:
         """Frames ``(T, H, W, 3)`` (or one image ``(H, W, 3)``) as merged vision tokens ``(t, h, w, hidden)``.
 
         A single frame goes in as an image; more frames as a video (the processor pairs frames in time).
+        Defaults (None) are the processor's own: every frame, its own pixel budget and resampling. The
+        release reads sources at ``planner_fps`` 2 (``layout.planner_frame_indices`` of a clip at
+        ``source_fps``) and ``max_pixels`` 50176 with an antialiased bicubic ``smart_resize`` (T8mars
+        qwen.py ``process_qwen2vl_video``); the pipeline passes those for official checkpoints.
         """
         from planners.protocol import check_frames
 
         frames = check_frames(frames)
         kind = kind or ("image" if len(frames) == 1 else "video")
+        if planner_fps is not None and kind == "video":
+            from planners.semantic.layout import planner_frame_indices
+
+            frames = frames[planner_frame_indices(len(frames), source_fps, planner_fps, max_frames=len(frames))]
+        if max_pixels is not None:
+            return self._encode_resized(frames, kind, max_pixels)
         merge = int(self.model.config.vision_config.spatial_merge_size)
         device = next(self.model.parameters()).device
         dtype = next(self.model.model.visual.parameters()).dtype
@@ -339,6 +350,36 @@ class HFPlannerBackbone(nn.Module):
         tokens = out.pooler_output[0]
         t, h, w = int(grid[0]), int(grid[1]) // merge, int(grid[2]) // merge
         return VisualTokens(tokens.float().reshape(t, h, w, -1), kind)
+
+
+    def _encode_resized(self, frames: np.ndarray, kind: str, max_pixels: int) -> VisualTokens:
+        # Resize ourselves (bicubic, antialiased, smart_resize within max_pixels) and hand the processor
+        # [0, 1] floats to normalise and patchify only, as the release preprocesses planner sources.
+        from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+        from planners.semantic.layout import VIT_FACTOR, VIT_MIN_PIXELS
+
+        h, w = smart_resize(frames.shape[1], frames.shape[2], VIT_FACTOR, VIT_MIN_PIXELS, int(max_pixels))
+        x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float() / 255.0
+        x = F.interpolate(x, size=(h, w), mode="bicubic", align_corners=False, antialias=True)
+        merge = int(self.model.config.vision_config.spatial_merge_size)
+        device = next(self.model.parameters()).device
+        dtype = next(self.model.model.visual.parameters()).dtype
+        common = {"do_resize": False, "do_rescale": False, "return_tensors": "pt"}
+        if kind == "image":
+            inputs = self.processor.image_processor(images=[x[0]], **common)
+            grid = inputs["image_grid_thw"][0]
+            out = self.model.get_image_features(inputs["pixel_values"].to(device, dtype), inputs["image_grid_thw"].to(device))
+        else:
+            vp = self.processor.video_processor
+            extra = {"cap_pixels_per_frame": True} if hasattr(vp, "cap_pixels_per_frame") else {}
+            inputs = vp(videos=[x], do_sample_frames=False, **common, **extra)
+            grid = inputs["video_grid_thw"][0]
+            out = self.model.get_video_features(inputs["pixel_values_videos"].to(device, dtype),
+                                                inputs["video_grid_thw"].to(device))
+        tokens = out.pooler_output[0]
+        t, gh, gw = int(grid[0]), int(grid[1]) // merge, int(grid[2]) // merge
+        return VisualTokens(tokens.float().reshape(t, gh, gw, -1), kind)
 
 
 BACKBONES: dict[str, type[nn.Module]] = {"builtin": TinyPlannerBackbone, "hf": HFPlannerBackbone}

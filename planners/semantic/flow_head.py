@@ -144,10 +144,29 @@ def three_stream_cfg(v_cond: torch.Tensor, v_imgcond: torch.Tensor, v_uncond: to
                      txt_scale: float, img_scale: float) -> torch.Tensor:
     """``v = v_u + s_img (v_ic - v_u) + s_txt (v_c - v_ic)`` (spec b.4).
 
-    ``v_cond``: the full input; ``v_imgcond``: the text-dropped stream (sources kept); ``v_uncond``: text
-    and sources dropped. All scales 1 give ``v_cond``; all 0 give ``v_uncond``.
+    ``v_cond``: the full input; ``v_imgcond``: the image-condition stream (the release drops the source
+    visuals and keeps the text; the builtin planner drops the text and keeps the visuals, see the planner's
+    ``imgcond_drop``); ``v_uncond``: text and sources dropped. All scales 1 give ``v_cond``; all 0 give
+    ``v_uncond``. Same formula as the release's ``forward_with_txt_img_cfg``.
     """
     return v_uncond + img_scale * (v_imgcond - v_uncond) + txt_scale * (v_cond - v_imgcond)
+
+
+CFG_RULES = ("always", "txt_above_1")
+
+
+def effective_cfg(txt_scale: float, img_scale: float, rule: str = "always") -> tuple[float, float]:
+    """The scales ``three_stream_cfg`` is run with under ``rule``.
+
+    "always" (the builtin planner's): as given. "txt_above_1" (the release's ``DiffLossFM.sample``, T8mars
+    planner_model.py: three streams only when the text scale is above 1, else the cond stream alone):
+    ``txt_scale <= 1`` gives (1, 1), where the sum is exactly ``v_cond``.
+    """
+    if rule not in CFG_RULES:
+        raise InputError("cfg_rule", rule, f"use one of {CFG_RULES}")
+    if rule == "txt_above_1" and txt_scale <= 1:
+        return 1.0, 1.0
+    return float(txt_scale), float(img_scale)
 
 
 def needed_streams(txt_scale: float, img_scale: float, imgcond_is_cond: bool) -> tuple[bool, bool]:

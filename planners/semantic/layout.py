@@ -42,8 +42,9 @@ class TokenType(IntEnum):
     TARGET = 3
 
 
-# Task system prompts (spec b.2, ``bernini/training/data.py``). t2v, v2v, vi2v and ads2v are the spec's
-# wording; the others are [PROPOSED] in the same pattern (the verbatim list was not retrieved).
+# The builtin planner's task system prompts (spec b.2, ``bernini/training/data.py``). t2v, v2v, vi2v and ads2v
+# are the spec's wording; the others were [PROPOSED] in the same pattern; the release's r2v / rv2v wording is
+# OFFICIAL_SYSTEM_PROMPTS below (the builtin keeps its own: it was trained on these).
 SYSTEM_PROMPTS: dict[str, str] = {
     "t2v": "You are a helpful assistant specialized in text-to-video generation.",
     "v2v": "You are a helpful assistant specialized in video editing.",
@@ -55,6 +56,24 @@ SYSTEM_PROMPTS: dict[str, str] = {
     "r2v": "You are a helpful assistant specialized in reference-to-video generation.",
     "rv2v": "You are a helpful assistant specialized in reference-guided video editing.",
 }
+
+
+# The released planner's system prompts (T8mars bernini_v2/template.py SYSTEM_PROMPTS, the official inference
+# template; xocialize's bernini_template agrees); any other task gets "default". SYSTEM_PROMPTS above stays
+# the builtin planner's (its r2v / rv2v wording is what it was trained on).
+OFFICIAL_SYSTEM_PROMPTS: dict[str, str] = {
+    "default": "You are a helpful assistant.",
+    "t2i": "You are a helpful assistant specialized in text-to-image generation.",
+    "t2v": "You are a helpful assistant specialized in text-to-video generation.",
+    "i2i": "You are a helpful assistant specialized in image editing.",
+    "v2v": "You are a helpful assistant specialized in video editing.",
+    "r2v": "You are a helpful assistant specialized in subject-to-video generation.",
+    "rv2v": "You are a helpful assistant specialized in video editing with reference.",
+}
+
+
+def official_system_prompt(task: str) -> str:
+    return OFFICIAL_SYSTEM_PROMPTS.get(task, OFFICIAL_SYSTEM_PROMPTS["default"])
 
 
 def _check_roles(token_type: torch.Tensor, segment_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -291,3 +310,19 @@ def target_token_count(num_frames: int, height: int, width: int, **kwargs) -> in
     """``N = grid_t * grid_h * grid_w / 4`` target tokens (spec b.2); bounded by ``num_mask_token = 4096``."""
     t, h, w = target_grid(num_frames, height, width, **kwargs)
     return t * h * w
+
+
+def planner_frame_indices(total: int, source_fps: float = 16.0, planner_fps: float = 2.0, frame_factor: int = 2,
+                          max_frames: int | None = None) -> list[int]:
+    """The source frames the released planner's ViT reads (T8mars qwen.py ``planner_video_frame_indices``, the
+    official 2-fps even-count policy): ``floor(total / source_fps * planner_fps / 2) * 2`` frames (at least 2,
+    at most ``max_frames`` rounded down to even), spread evenly over the clip, rounded."""
+    import math
+
+    if not isinstance(total, Integral) or total < 1 or not source_fps > 0 or not planner_fps > 0:
+        raise InputError("frames", (total, source_fps, planner_fps), "use a clip with frames and positive frame rates")
+    count = max(math.floor(total / source_fps * planner_fps / frame_factor) * frame_factor, frame_factor)
+    if max_frames is not None:
+        count = min(count, math.floor(max_frames / frame_factor) * frame_factor)
+    count = max(count, frame_factor)
+    return torch.linspace(0, total - 1, count).round().long().tolist()

@@ -1,7 +1,7 @@
 """Loaders of Bernini's planner slots: ``load_planner`` and ``load_plan_encoder``.
 
     load_planner("builtin")                     # weights/builtin/planner
-    load_planner("/models/Bernini-Diffusers")   # its planner/ folder
+    load_planner("/models/Bernini-Diffusers")   # the release's planner half (bernini/ shards + mllm/)
     load_planner("/runs/planner")               # a folder written by SemanticPlanner.save_pretrained
     load_plan_encoder("builtin")                # the builtin ViT + MiniLM (planners.semantic.encoder)
 """
@@ -27,8 +27,8 @@ def _model_of(path: Path) -> Any:
 
 def load_planner(spec: str | Path = "builtin", device: Any = None, dtype: Any = None, trust_remote_code: bool = False,
                  **_: Any) -> Any:
-    """A ``SemanticPlanner`` for ``spec``: ``builtin``, a saved planner folder, or a Bernini release folder
-    holding one in ``planner/`` [PROPOSED: where Bernini-Diffusers keeps its planner was not retrieved]."""
+    """A ``SemanticPlanner`` for ``spec``: ``builtin``, a saved planner folder (or one in ``planner/``), or the
+    official ``Bernini-Diffusers`` / ``-v2`` folder (``bernini/`` shards + ``mllm/``, ``planners.semantic.official``)."""
     from planners.semantic.planner import MODEL_NAME, SemanticPlanner
 
     if not isinstance(spec, (str, Path)) or not str(spec).strip():
@@ -41,6 +41,12 @@ def load_planner(spec: str | Path = "builtin", device: Any = None, dtype: Any = 
     path = Path(spec).expanduser()
     if not path.is_dir():
         raise InputError("planner", str(spec), "no such folder; pass 'builtin' or a planner folder")
+    from planners.semantic.official import MLLM_DIR
+
+    if (path / "bernini").is_dir() and (path / MLLM_DIR).is_dir():  # the full release (Bernini-Diffusers / -v2)
+        from planners.semantic.official import load_official_planner
+
+        return load_official_planner(path, device=device, dtype=dtype)
     for candidate in (path, path / "planner"):
         cfg = _model_of(candidate)
         if cfg is not None and cfg.get("model") == MODEL_NAME:

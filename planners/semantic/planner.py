@@ -69,6 +69,9 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 MODEL_NAME = "semantic-planner"
 HEADS = ("flow", "codebook")
+USER_ORDERS = ("prompt_first", "sources_first")
+# The released planner's stream settings (see SemanticPlannerConfig.imgcond_drop).
+OFFICIAL_STREAMS = {"imgcond_drop": "visuals", "cfg_rule": "txt_above_1", "user_order": "sources_first"}
 
 
 def _is_real(x: object) -> bool:
@@ -123,6 +126,14 @@ class SemanticPlannerConfig:
     txt_cfg: float = 1.4
     img_cfg: float = 1.2
     imgcond_without_sources: str = "cond"
+    # What the image-condition stream drops, the three-stream rule and the user turn's order. The builtin
+    # planner was trained and measured with "text" / "always" / "prompt_first" (kept as its defaults);
+    # the release drops the visuals and keeps the text, runs three streams only when txt_cfg > 1, and puts
+    # [source videos][source images][prompt] (T8mars planner.py create_plan, DiffLossFM.sample,
+    # template.py build_conversation): "visuals" / "txt_above_1" / "sources_first" (``OFFICIAL_STREAMS``).
+    imgcond_drop: str = "text"
+    cfg_rule: str = "always"
+    user_order: str = "prompt_first"
     # training [DEFAULT]: mask ratio r ~ U[0.5, 1], text / source dropout 0.1, lambda_cot 1
     mask_ratio_min: float = 0.5
     mask_ratio_max: float = 1.0
@@ -207,6 +218,12 @@ class SemanticPlannerConfig:
                              "use 0 <= head_sigma_min < head_sigma_max <= 1")
         if self.imgcond_without_sources not in ("cond", "uncond"):
             raise InputError("imgcond_without_sources", self.imgcond_without_sources, "use 'cond' (spec b.4) or 'uncond'")
+        if self.imgcond_drop not in ("text", "visuals"):
+            raise InputError("imgcond_drop", self.imgcond_drop, "use 'visuals' (the release) or 'text' (the builtin planner)")
+        if self.cfg_rule not in flow_head.CFG_RULES:
+            raise InputError("cfg_rule", self.cfg_rule, f"use one of {flow_head.CFG_RULES}")
+        if self.user_order not in USER_ORDERS:
+            raise InputError("user_order", self.user_order, f"use one of {USER_ORDERS}")
         if self.head not in HEADS:
             raise InputError("head", self.head, "use 'flow' (the spec's continuous head) or 'codebook' (discrete plan)")
         if not _is_int(self.codebook_size) or self.codebook_size < 2:
@@ -404,7 +421,7 @@ class SemanticPlanner(nn.Module):
 
     def _build(self, request: PlanRequest, grid: tuple[int, int, int], *, text: bool = True, visuals: bool = True,
                cot_ids: list[int] | None = None, cot_loss: bool = False,
-               target_rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+               target_rows: torch.Tensor | None = None, user_order: str | None = None) -> dict[str, torch.Tensor]:
         """One stream's sequence (spec b.2). ``text=False`` drops the instruction and chain of thought (the
         negative prompt stands in if given); ``visuals=False`` drops the sources. ``target_rows`` None:
         the prefix up to the chain of thought so far (for decoding it)."""
@@ -418,15 +435,21 @@ class SemanticPlanner(nn.Module):
             instr = self._prompt_rows(request.prompt, request.prompt_embeds, "prompt_embeds")
         else:
             instr = self._prompt_rows(request.negative_prompt, request.negative_prompt_embeds, "negative_prompt_embeds")
-        if instr is not None:
+        order = user_order or self.config.user_order
+        if instr is not None and order == "prompt_first":
             seq.add_text(instr.to(dtype))
         if visuals:
             t_step = self.config.video_t_step
-            for source in request.sources:
+            # the release's turn lists videos, then images, then the prompt (build_conversation)
+            sources = request.sources if order == "prompt_first" else (
+                [s for s in request.sources if s.kind == "video"] + [s for s in request.sources if s.kind == "image"])
+            for source in sources:
                 seq.add_text(self._text_rows([sp["vision_start"]]))
                 seq.add_visual(self._source_rows(source).to(dtype), source.grid, TokenType.INPUT,
                                t_step if source.kind == "video" else 0)
                 seq.add_text(self._text_rows([sp["vision_end"]]))
+        if instr is not None and order == "sources_first":
+            seq.add_text(instr.to(dtype))
         seq.add_text(self._text_rows([sp["im_start"]] + self.backbone.encode_text("assistant\n")))
         cot = list(cot_ids or []) if text else []
         if cot:
@@ -676,7 +699,8 @@ class SemanticPlanner(nn.Module):
              grid: tuple[int, int, int] | None = None, steps: int | None = None, denoising_steps: int | None = None,
              txt_cfg: float | None = None, img_cfg: float | None = None, cot: bool | None = None,
              max_cot_tokens: int | None = None, generator: torch.Generator | int | None = None,
-             callback: StepCallback | None = None, temperature: float | None = None) -> PlanOutput:
+             callback: StepCallback | None = None, temperature: float | None = None, imgcond_drop: str | None = None,
+             cfg_rule: str | None = None, user_order: str | None = None) -> PlanOutput:
         """Plan the target's ViT tokens with the MaskGIT / MAR loop (spec b.4).
 
         ``request``: a ``PlanRequest``, or the prompt text (then ``prompt_embeds``, ``negative_prompt``,
@@ -688,6 +712,9 @@ class SemanticPlanner(nn.Module):
         ``head="codebook"`` [PROPOSED]: the same three-stream CFG on the logits, a code per masked position at
         ``temperature`` (0 = argmax), revealed by MaskGIT confidence (``reveal="confidence"``, with
         ``choice_temperature``) or in a random order (``reveal="random"``); ``denoising_steps`` is unused.
+
+        ``imgcond_drop`` / ``cfg_rule`` / ``user_order`` (None: the config's) pick the image-condition
+        stream, the three-stream rule and the user turn's order; ``OFFICIAL_STREAMS`` holds the release's.
         """
         c = self.config
         if isinstance(request, PlanRequest):
@@ -706,6 +733,13 @@ class SemanticPlanner(nn.Module):
             raise InputError("temperature", temperature, "use a finite noise scale >= 0 (1 = plain sampling)")
         use_cot = c.cot if cot is None else bool(cot)
         n = grid[0] * grid[1] * grid[2]
+        drop = imgcond_drop or c.imgcond_drop
+        if drop not in ("text", "visuals"):
+            raise InputError("imgcond_drop", drop, "use 'visuals' (the release) or 'text' (the builtin planner)")
+        order = user_order or c.user_order
+        if order not in USER_ORDERS:
+            raise InputError("user_order", order, f"use one of {USER_ORDERS}")
+        txt_cfg, img_cfg = flow_head.effective_cfg(txt_cfg, img_cfg, cfg_rule or c.cfg_rule)
 
         cot_ids: list[int] = []
         if use_cot:
@@ -714,16 +748,18 @@ class SemanticPlanner(nn.Module):
         imgcond_is_cond = not request.sources and c.imgcond_without_sources == "cond"
         need_ic, need_u = flow_head.needed_streams(txt_cfg, img_cfg, imgcond_is_cond)
         rows = self._mask_row(n)
-        streams = [self._build(request, grid, cot_ids=cot_ids, target_rows=rows)]
-        if need_ic:
-            streams.append(self._build(request, grid, text=False, target_rows=rows))
+        streams = [self._build(request, grid, cot_ids=cot_ids, target_rows=rows, user_order=order)]
+        if need_ic:  # the image-condition stream: the release drops the visuals, the builtin planner the text
+            keep_text = drop == "visuals"
+            streams.append(self._build(request, grid, text=keep_text, visuals=not keep_text, target_rows=rows,
+                                       cot_ids=cot_ids if keep_text else None, user_order=order))
         if need_u:
-            streams.append(self._build(request, grid, text=False, visuals=False, target_rows=rows))
+            streams.append(self._build(request, grid, text=False, visuals=False, target_rows=rows, user_order=order))
         batch = pad_batch(streams)
         embeds = batch["embeds"]
         mask = additive_mask(block_attention_mask(batch["token_type"], batch["segment_ids"]), embeds.dtype)
         target_index = [s["target_index"] for s in streams]
-        visuals = [True] + [True] * need_ic + [False] * need_u  # which streams keep the sources
+        visuals = [True] + [drop == "text"] * need_ic + [False] * need_u  # which streams keep the sources
         source = self._aligned_source(request, grid) if self.local is not None else None
         tokens = torch.zeros(n, c.token_dim, device=self.device)
         if c.head == "codebook":
@@ -752,14 +788,14 @@ class SemanticPlanner(nn.Module):
             if callback is not None:
                 callback(step, {"positions": positions, "tokens": values, "num_steps": len(counts)})
 
-        order = maskgit.reveal_order(n, g, self.device)
+        reveal = maskgit.reveal_order(n, g, self.device)
         counts = maskgit.reveal_counts(n, steps)
-        maskgit.run_reveal_loop(order, steps, predict, write, on_step)
+        maskgit.run_reveal_loop(reveal, steps, predict, write, on_step)
 
         contexts = None
         if self.for_gen is not None:
-            contexts = self._contexts(request, grid, cot_ids, self.vit_in(tokens.to(self.mask_tokens.dtype)))
-        return PlanOutput(tokens.reshape(*grid, c.token_dim), order, counts,
+            contexts = self._contexts(request, grid, cot_ids, self.vit_in(tokens.to(self.mask_tokens.dtype)), user_order=order)
+        return PlanOutput(tokens.reshape(*grid, c.token_dim), reveal, counts,
                           self.backbone.decode_text(cot_ids) if use_cot else None, contexts)
 
     def _plan_codes(self, request: PlanRequest, grid: tuple[int, int, int], steps: int, txt_cfg: float, img_cfg: float,
@@ -843,11 +879,12 @@ class SemanticPlanner(nn.Module):
         write(positions[given], codes[given])
         return given
 
-    def _contexts(self, request: PlanRequest, grid, cot_ids, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _contexts(self, request: PlanRequest, grid, cot_ids, rows,
+                  user_order: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The final pass of spec b.4: ``for_gen`` on the penultimate states of cond and uncond, cut into
         (ctx_c at all positions, ctx_c at non-target positions, ctx_u at non-target positions)."""
-        items = [self._build(request, grid, cot_ids=cot_ids, target_rows=rows),
-                 self._build(request, grid, text=False, visuals=False, target_rows=rows)]
+        items = [self._build(request, grid, cot_ids=cot_ids, target_rows=rows, user_order=user_order),
+                 self._build(request, grid, text=False, visuals=False, target_rows=rows, user_order=user_order)]
         _, states = self._forward(items)
         hidden = states[-2]
         out = []

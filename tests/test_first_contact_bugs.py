@@ -1,0 +1,60 @@
+"""Bugs a new user met in the first hour (issue 48, item 4), each held by a test that failed before its fix."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from core.video import Video, write_video
+from test_malformed_inputs import good_media, media, run_cli, valid_args  # noqa: F401  (media is a fixture)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_video_info_shows_its_duration():
+    assert "duration=0.33s" in repr(Video(np.zeros((10, 8, 8, 3), np.uint8)).info)
+
+
+def test_motion_overlay_does_not_tint_the_first_frame(tmp_path, capsys):
+    frames = np.full((12, 64, 64, 3), 90, np.uint8)
+    for t in range(12):
+        frames[t, 20:36, 4 + 3 * t:20 + 3 * t] = 220  # a square moving right
+    clip = write_video(tmp_path / "moving.mp4", frames, fps=8)
+    code, err = run_cli(["video", "overlay", str(clip), "--motion", "-o", str(tmp_path / "o.mp4")], capsys)
+    assert code == 0, err
+    first_in, first_out = Video(clip)[0].astype(int), Video(tmp_path / "o.mp4")[0].astype(int)
+    assert np.abs(first_in - first_out).max() <= 8  # the background model's warm-up frame is drawn as it is
+
+
+def test_motion_keypoints_score_against_worldgens_ground_truth(tmp_path, capsys):
+    """AnyMotion's COCO keypoints use worldgen's image ids (1-based, with an images list)."""
+    code, err = run_cli(["worldgen", "motion_edit", "--n", "1", "--split", "test", "-o", str(tmp_path / "wg")], capsys)
+    assert code == 0, err
+    rec = json.loads((tmp_path / "wg" / "test.jsonl").read_text().splitlines()[0])
+    code, err = run_cli(["motion", str(tmp_path / "wg" / rec["files"]["source"]), rec["instruction"], "--no-progress",
+                         "-o", str(tmp_path / "mo")], capsys)
+    assert code == 0, err
+    code, err = run_cli(["score", "pose", str(tmp_path / "mo" / "target_keypoints.coco.json"),
+                         str(tmp_path / "wg" / rec["files"]["target_keypoints"]), "--json"], capsys)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("verb", ["meme", "reason"])
+def test_the_saved_line_lists_every_file(verb, media, tmp_path):
+    from app.runner import run_app
+    from pipelines.registry import apps
+
+    app = apps()[verb]
+    _, summary = run_app(app, valid_args(app, good_media(app, media)), out_dir=tmp_path / "o")
+    line = app.format(summary).splitlines()[-1]
+    written = sorted(p.name for p in (tmp_path / "o").iterdir() if not p.name.startswith("."))
+    assert len(written) >= 5 and line.startswith("saved: ") and all(name in line for name in written), (line, written)
+
+
+def test_o_name_mp4_writes_the_clip_once(tmp_path, capsys):
+    code, err = run_cli(["generate", "a red star bouncing to the left", "--steps", "1", "--num-frames", "2", "--planning-steps", "1",
+                         "--no-progress", "-o", str(tmp_path / "star.mp4")], capsys)
+    assert code == 0, err
+    assert (tmp_path / "star.mp4").is_file() and not (tmp_path / "star" / "video.mp4").exists()
