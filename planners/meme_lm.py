@@ -241,11 +241,16 @@ class VLMMemeWriter:
         return cls(load_vlm(str(path), device=device, trust_remote_code=trust_remote_code))
 
     def write(self, image: np.ndarray, topic: str | None = None, num_paths: int = 3, n: int = 4, *, num_boxes: int = 2,
-              temperature: float = 1.0, top_p: float = 1.0, generator: Any = None, do_sample: bool = True) -> list[str]:
-        from planners.meme_cot import build_official_prompt, build_prompt
+              temperature: float = 1.0, top_p: float = 1.0, generator: Any = None, do_sample: bool = True,
+              prompt_style: str | None = None) -> list[str]:
+        """``prompt_style`` overrides the writer's own for this call (a pipeline's ``style`` setting)."""
+        from planners.meme_cot import PROMPT_STYLES, build_official_prompt, build_prompt
 
         k = _check_paths(num_paths)
-        if self.prompt_style == "official":
+        style = self.prompt_style if prompt_style is None else prompt_style
+        if style not in PROMPT_STYLES:
+            raise InputError("prompt_style", style, f"choose one of {PROMPT_STYLES}")
+        if style == "official":
             messages = build_official_prompt(_check_image(image), check_topic(topic))
         else:
             messages = build_prompt(self.template_name, num_boxes, _check_image(image), check_topic(topic), k or None)

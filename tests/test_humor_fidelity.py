@@ -422,6 +422,32 @@ def test_the_vlm_writer_can_ask_with_the_official_prompt(base_dir):
         load_meme_writer(str(base_dir), prompt_style="fancy")
 
 
+def test_the_pipelines_style_setting_reaches_the_writer_and_the_rendering():
+    """--style official: the writer is asked with the published prompt and the memes drawn the published way;
+    the builtin writer, trained on our prompt, refuses it rather than switching silently."""
+    from pipelines.humor.pipeline import HumorConfig, HumorPipeline
+    from planners.meme_reward import load_reward_model
+
+    class Writer:
+        styles = []
+
+        def write(self, image, topic=None, num_paths=3, n=4, *, num_boxes=2, temperature=1.0, top_p=1.0, generator=None,
+                  prompt_style=None):
+            self.styles.append(prompt_style)
+            return [f"[Comprehensive Description Section]\nx\nText on the Meme:\nbox1: a{k}\nbox2: b{k}" for k in range(n)]
+
+    pipe = HumorPipeline(HumorConfig(style="official", num_memes=2), writer=Writer(), reward_model=load_reward_model("builtin"))
+    pipe.set_progress_bar_config(disable=True)
+    pipe._parse = lambda text: {"boxes": [ln.split(": ", 1)[1] for ln in text.splitlines() if ln.startswith("box")],
+                                "intent": "", "paths": [], "anchor": None}
+    out = pipe(np.full((64, 64, 3), 200, np.uint8), "mondays", generator=0)
+    assert Writer.styles and set(Writer.styles) == {"official"} and len(out.memes) == 2
+    builtin = HumorPipeline.build(config={"style": "official"}, defaults={"writer": "builtin", "reward_model": "builtin"})
+    builtin.set_progress_bar_config(disable=True)
+    with pytest.raises(InputError, match="style"):
+        builtin(np.full((64, 64, 3), 200, np.uint8), generator=0)
+
+
 def test_the_official_rendering_boxes_and_colours():
     from renderers.meme import official_banners, official_detections, render_meme_official, render_meme_styled
 

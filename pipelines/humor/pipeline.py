@@ -20,6 +20,7 @@ s_a / (s_a + s_b) rule; 0.5 alone); ``ranking`` orders them by Borda count or Br
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
+
+from core.errors import InputError
 
 from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, generator_and_seed, output_field, setting
 
@@ -50,6 +53,10 @@ class HumorConfig(PipelineConfig):
     """Settings of a meme call."""
 
     num_memes: int = setting(4, help="memes to write and rank", range=(1, MAX_MEMES), flag="-n")
+    style: str = setting("atelier", choices=("atelier", "official"),
+                         help="writer prompt and meme rendering: ours, or the published LightRFT ones (generate_meme.txt; "
+                              "banners, DejaVu Sans, luminance-based text colour) for an officially trained writer; the "
+                              "builtin writer refuses it")
     num_paths: int = setting(3, help="reasoning paths explored before anchoring on one (spec b.2's K; 1: single path, "
                                      "0: the caption alone, no reasoning)", range=(0, 8))
     temperature: float = setting(1.0, help="sampling temperature of the writer (the published RL rollouts use 1.0)", range=(0.05, 2.0))
@@ -167,8 +174,12 @@ class HumorPipeline(Pipeline):
                     break
                 draw = need if round_ == 0 else 2 * need  # a re-draw asks for twice what is missing [PROPOSED]
                 rounds += 1
+                styled = {"prompt_style": c.style} if "prompt_style" in inspect.signature(self.writer.write).parameters else {}
+                if c.style != "atelier" and not styled:  # never a silent switch to our prompt
+                    raise InputError("style", c.style, "this writer reads only our prompt (the builtin writer was trained on it); "
+                                                       "pass --writer with a VLM checkpoint, or --style atelier")
                 texts = self.writer.write(image, topic, c.num_paths, draw, num_boxes=NUM_BOXES, temperature=c.temperature,
-                                          top_p=c.top_p, generator=gen)
+                                          top_p=c.top_p, generator=gen, **styled)
                 for text in texts:
                     try:
                         item = self._parse(text)
@@ -226,7 +237,7 @@ class HumorPipeline(Pipeline):
         (``info["stage"] == "write"``) and after ranking (``"rank"``)."""
         from core.video import read_still
         from planners.meme_lm import check_topic
-        from renderers.meme import render_meme
+        from renderers.meme import render_meme_styled
 
         self._begin_call()
         t0 = time.perf_counter()
@@ -247,7 +258,7 @@ class HumorPipeline(Pipeline):
                 message += f" (asked for {self.config.num_memes}: {len(rejected)} samples were unreadable or repeats)"
         self.step_end(callback_on_step_end, rounds, {"stage": "rank", "memes": len(items)})
         ranked = [items[i] for i in order]
-        memes = [render_meme(shown, it["boxes"]) for it in ranked]
+        memes = [render_meme_styled(shown, it["boxes"], self.config.style) for it in ranked]
         t_end = time.perf_counter()
         out = HumorOutput(topic=topic, message=message, captions=[it["boxes"] for it in ranked],
                           rewards=[float(rewards[i]) for i in order], scores=[float(scores[i]) for i in order],
