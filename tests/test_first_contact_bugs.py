@@ -58,3 +58,19 @@ def test_o_name_mp4_writes_the_clip_once(tmp_path, capsys):
                          "--no-progress", "-o", str(tmp_path / "star.mp4")], capsys)
     assert code == 0, err
     assert (tmp_path / "star.mp4").is_file() and not (tmp_path / "star" / "video.mp4").exists()
+
+
+def test_clears_anchor_picture_draws_the_candidate_it_chose():
+    from pipelines.clear.pipeline import ClearPipeline
+    from planners.counterfactual import Mark
+
+    frame = np.full((64, 64, 3), 30, np.uint8)
+    a, b = np.zeros((64, 64), bool), np.zeros((64, 64), bool)
+    a[10:20, 10:20], b[40:50, 40:50] = True, True
+    marks = [Mark(1, a), Mark(2, b)]
+    plain = ClearPipeline.marks_image(frame, marks)
+    picked = ClearPipeline.marks_image(frame, marks, chosen=2)
+    changed = np.abs(picked.astype(int) - plain.astype(int)).sum(-1) > 0
+    ys, xs = np.nonzero(changed)
+    k = plain.shape[0] // 64
+    assert changed.any() and ys.min() >= 36 * k and xs.min() >= 36 * k  # only around candidate 2

@@ -209,15 +209,21 @@ class ClearPipeline(Pipeline):
     _phrase: str | None = None
 
     @staticmethod
-    def marks_image(frame: np.ndarray, marks: list[Mark], min_side: int = 384) -> np.ndarray:
-        """The numbered candidates on the anchor frame, enlarged so the numbers are legible."""
+    def marks_image(frame: np.ndarray, marks: list[Mark], min_side: int = 384, chosen: int | None = None) -> np.ndarray:
+        """The numbered candidates on the anchor frame, enlarged so the numbers are legible; the ``chosen``
+        candidate drawn over them with a thick white outline, so the picture shows the planner's pick."""
         from core.frames import resize_frame, resize_frames
         from planners.counterfactual import set_of_marks
 
         k = max(1, int(np.ceil(min_side / min(frame.shape[:2]))))
         size = (frame.shape[0] * k, frame.shape[1] * k)
         big = [Mark(m.number, resize_frames(np.asarray(m.masks, np.uint8)[None], size, "nearest")[0] > 0) for m in marks]
-        return set_of_marks(resize_frame(frame, size, "nearest"), big, thickness=2)[0]
+        image = set_of_marks(resize_frame(frame, size, "nearest"), big, thickness=2)[0]
+        pick = next((m for m in big if m.number == chosen), None)
+        if pick is not None and pick.masks.any():
+            contours, _ = cv2.findContours(pick.masks.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+            cv2.drawContours(image, contours, -1, (255, 255, 255), max(3, 2 * k // 3))
+        return image
 
     def max_candidates(self) -> int:
         """The configured cap, within what the planner can tell apart (a VLM's nine numbers)."""
@@ -327,7 +333,8 @@ class ClearPipeline(Pipeline):
         self._selections += 1
         t_sel = time.perf_counter()
         anchor_rgb = np.asarray(source.get_frames([anchor]))[0]
-        marks_img = self.marks_image(anchor_rgb, [Mark(c.id, tracks[k][anchor]) for k, c in enumerate(cands)])
+        marks_img = self.marks_image(anchor_rgb, [Mark(c.id, tracks[k][anchor]) for k, c in enumerate(cands)],
+                                     chosen=None if sel.no_match else sel.number)
         seconds = {"track": t_track - t0, "select": t_sel - t_track}
         if sel.no_match:
             seconds["total"] = time.perf_counter() - t0
