@@ -571,7 +571,12 @@ def pipeline_tab(app, settings: WebSettings) -> None:
             preview = [gr.Image(label="preview (while it runs)", type="numpy")] if app.web_preview else []
             outputs = preview + [_output_component(kind, label) for kind, label in app.web_outputs]
     if app.verb in EXAMPLES:
-        gr.Examples(examples=EXAMPLES[app.verb](), inputs=inputs, label="examples (synthetic clips the built-in model knows)")
+        # each row ends with its ground truth (and, for the gallery's item, whether the builtin models get it right):
+        # an extra column, filled into this box when the row is chosen; the run never reads it
+        truth = gr.Textbox(label="ground truth of the chosen example (synthetic: the exact answer is known)", interactive=False,
+                           lines=2)
+        gr.Examples(examples=EXAMPLES[app.verb](), inputs=[*inputs, truth],
+                    label="examples: held-out synthetic items, chosen by the rule in app/showcase.py, with their truth")
 
     # gradio sees a Progress only among the positional parameters (not after *values): there it
     # inserts one, which shows the pipeline's tqdm bars on the page

@@ -26,5 +26,14 @@ def test_readme_python_snippets_run(tmp_path, monkeypatch, capsys):
         exec(compile(block, "README.md", "exec"), namespace)
     out = capsys.readouterr().out
     assert "answer:" in out and "compute:" in out
-    assert (tmp_path / "answer" / "importance_map.png").is_file() and (tmp_path / "my_gridprobe" / "pipeline.json").is_file()
-    assert os.path.getsize(tmp_path / "captioned.mp4") > 0
+    written = tmp_path / "outputs" / "readme"
+    assert (written / "answer" / "importance_map.png").is_file() and (written / "my_gridprobe" / "pipeline.json").is_file()
+    assert os.path.getsize(written / "captioned.mp4") > 0
+    # run from the repository root, the snippets leave nothing outside the git-ignored outputs/
+    assert sorted(os.listdir(tmp_path)) == ["outputs"]
+    # what the text says the outputs show: GridProbe answers the needle question right ...
+    assert namespace["out"] is not None and "D. cross" in out and namespace["q"]["answer"] == "cross"
+    # ... and the builtin Bernini draws an orange heart, small and moving up, where the prompt's is medium and in place
+    # (the judge calls it wrong: issue 51)
+    assert "('small', 'orange', 'heart', 'up')" in out
+    assert "white (p = " in out  # latent reasoning: the scene's answer is white
