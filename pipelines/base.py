@@ -231,6 +231,13 @@ class Pipeline:
 
     component_specs: ClassVar[dict[str, ComponentSpec]] = {}
     config_class: ClassVar[type] = PipelineConfig
+    # diffusers' per-call names -> this pipeline's config fields (``num_inference_steps`` -> ``steps``)
+    call_aliases: ClassVar[dict[str, str]] = {"num_inference_steps": "steps"}
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if "__call__" in cls.__dict__:
+            cls.__call__ = _with_call_settings(cls.__dict__["__call__"])
 
     def __init__(self, config: Any | None = None, **components: Any):
         if config is None:
@@ -350,6 +357,8 @@ class Pipeline:
             select_device(device)  # bad names and missing CUDA fail before anything loads
         if dtype is not None:
             select_dtype(dtype)
+        if defaults is None and pipeline is None:  # XPipeline.build(): the same models the CLI loads by default
+            defaults = _registered_defaults(cls)
         components = {k: v for k, v in (components or {}).items() if v is not None}
         unknown = [n for n in components if n not in cls.component_specs]
         if unknown:
@@ -410,9 +419,14 @@ class Pipeline:
         self._interrupted = False
 
     def step_end(self, callback: Callable | None, step: int, info: dict[str, Any]) -> None:
-        """End of loop step ``step``: call ``callback(pipe, step, info)``, then honour ``interrupt()``."""
+        """End of loop step ``step``: call ``callback(pipe, step, info)``, or diffusers' four-argument form
+        ``callback(pipe, step, timestep, callback_kwargs)`` (``timestep`` from ``info``, None where a loop has
+        none; ``callback_kwargs`` is ``info``), then honour ``interrupt()``."""
         if callback is not None:
-            callback(self, step, info)
+            if _positional_arity(callback) >= 4:
+                callback(self, step, info.get("timestep"), info)
+            else:
+                callback(self, step, info)
         if self._interrupted:
             self._interrupted = False
             raise PipelineInterrupted(f"{type(self).__name__} interrupted after step {step}")
@@ -420,6 +434,60 @@ class Pipeline:
     def __repr__(self) -> str:
         comps = ", ".join(f"{n}={type(c).__name__ if c is not None else None}" for n, c in self.components.items())
         return f"{type(self).__name__}({comps}, config={self.config})"
+
+
+def _positional_arity(fn: Callable) -> int:
+    """How many positional arguments ``fn`` takes (a ``*args`` counts as many)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 3
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 99
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
+def _with_call_settings(call: Callable) -> Callable:
+    """``pipe(..., steps=4, num_inference_steps=4, height=64)``: keyword arguments naming config fields (or
+    diffusers' aliases) override the config for this call only, checked like the config; the call's own
+    parameters keep their meaning."""
+    import functools
+
+    own = set(inspect.signature(call).parameters)
+
+    @functools.wraps(call)
+    def wrapped(self, *args: Any, **kwargs: Any):
+        fields = {f.name for f in dataclasses.fields(self.config)}
+        settings = {}
+        for key in [k for k in kwargs if k not in own]:
+            name = self.call_aliases.get(key, key)
+            if name not in fields:
+                continue  # left for the call to refuse as it always has
+            if name in settings:
+                raise InputError(key, kwargs[key], f"{name!r} was given twice (it is also called {key!r})")
+            settings[name] = kwargs.pop(key)
+        if not settings:
+            return call(self, *args, **kwargs)
+        saved = self.config
+        self.config = dataclasses.replace(saved, **settings)  # the config's own checks run here
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            self.config = saved
+
+    return wrapped
+
+
+def _registered_defaults(cls: type) -> dict[str, Any] | None:
+    """The component defaults of the registered app that runs ``cls`` (what its CLI verb loads)."""
+    from pipelines.registry import PIPELINE_APPS, apps
+
+    name = f"{cls.__module__}:{cls.__name__}"
+    for verb in PIPELINE_APPS:
+        app = apps()[verb]
+        if app.pipeline == name:
+            return dict(app.defaults)
+    return None
 
 
 # --------------------------------------------------------------------------- index reading
