@@ -176,21 +176,29 @@ def _add_showcase(gallery: Gallery, out: Path, verb: str) -> None:
 
 
 def _add_worldgen(gallery: Gallery, out: Path) -> None:
-    """Two held-out samples of every worldgen task, with their annotations drawn on top."""
+    """Two held-out samples of every worldgen task, with their annotations drawn on top: made by the very
+    command the section prints, so running it again reproduces the same files in the same place."""
+    import argparse
+    import contextlib
+    import sys
+
+    from worldgen import cli as worldgen_cli
     from worldgen import tasks
-    from worldgen.preview import write_preview
-    from worldgen.tasks.base import split_seed
 
     for name in tasks.NAMES:
-        mod = tasks.get(name)
-        cfg = mod.Config()
-        samples = [mod.generate(split_seed("val", 0, i), cfg) for i in range(2)]
-        page = write_preview(out / "worldgen" / name, name, samples)
+        folder = out / "worldgen" / name
+        argv = [name, "--n", "2", "--split", "val", "-o", str(folder), "--preview"]
+        parser = argparse.ArgumentParser()
+        worldgen_cli.add_arguments(parser)
+        with contextlib.redirect_stdout(sys.stderr):  # its one summary line is a log line here
+            worldgen_cli.run(parser.parse_args(argv))
+        page = folder / "preview" / "index.html"
         sheets = sorted(page.parent.glob("*.png"))[:2]
         gallery.add(Section(
             f"worldgen: {name}",
             f"Synthetic-world task '{name}' (val split): masks, boxes and skeletons are the exact ground truth. "
             f"All samples: {page.relative_to(out)}",
             images=[str(p) for p in sheets],
-            command=f"atelier worldgen {name} --n 2 --split val -o outputs/worldgen/{name} --preview",
+            command="atelier worldgen " + " ".join(argv),
         ))
+

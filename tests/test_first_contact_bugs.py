@@ -74,3 +74,19 @@ def test_clears_anchor_picture_draws_the_candidate_it_chose():
     ys, xs = np.nonzero(changed)
     k = plain.shape[0] // 64
     assert changed.any() and ys.min() >= 36 * k and xs.min() >= 36 * k  # only around candidate 2
+
+
+def test_the_gallerys_worldgen_reproduce_line_reproduces_its_files(tmp_path, capsys):
+    import shlex
+
+    from app.demo import _add_worldgen
+    from app.gallery import Gallery
+
+    gallery = Gallery(tmp_path, "t")
+    _add_worldgen(gallery, tmp_path)
+    section = next(s for s in gallery.sections if s.title == "worldgen: t2v")
+    before = {p: p.read_bytes() for p in (tmp_path / "worldgen" / "t2v").rglob("*") if p.is_file()}
+    assert all(str(tmp_path) in str(p) for p in section.images) and section.images
+    code, err = run_cli(shlex.split(section.command)[1:], capsys)  # the line as printed, minus "atelier"
+    assert code == 0, err
+    assert {p: p.read_bytes() for p in before} == before  # the same files, byte for byte, in the same place
