@@ -376,6 +376,11 @@ def _cmd_pipeline(args) -> int:
 
     from core.outputs import move_file, publish_file
 
+    _, _, components, options = app.split_args(values)
+    from app.world_check import notice, uses_builtin
+
+    if uses_builtin(app, components, options):  # said first, so a run that then fails has said it too
+        print(f"atelier {app.verb}: note: {notice(app)}", file=sys.stderr)
     out_dir, video_file = args.out, _video_out(app, args.out, args.overwrite)
     if video_file is not None:
         out_dir = video_file.with_suffix("")
@@ -401,12 +406,10 @@ def _cmd_pipeline(args) -> int:
             shutil.rmtree(scratch, ignore_errors=True)
     if scratch is not None:  # only the copies remain
         summary["files"] = {k: v for k, v in summary["files"].items() if not str(v).startswith(scratch)}
-    if summary.get("builtin_models"):
-        from app.world_check import notice, unlike_message
+    if summary.get("unlike_builtin_world"):
+        from app.world_check import unlike_message
 
-        print(f"atelier {app.verb}: note: {notice(app)}", file=sys.stderr)
-        if summary.get("unlike_builtin_world"):
-            print(f"atelier {app.verb}: note: {unlike_message(summary)}", file=sys.stderr)
+        print(f"atelier {app.verb}: note: {unlike_message(summary)}", file=sys.stderr)
     _emit(args, summary, app.format(summary))
     return 0
 

@@ -15,7 +15,9 @@ else from the ``pose_reader`` setting (the builtin stick-figure reader, or Media
 
 A clip without a person returns the clip unchanged with ``person_found=False`` and says so; an
 instruction the planner reads as asking for nothing (``no_change``, or a plan within a quarter torso
-length of the source) returns the clip unchanged with ``changed=False`` and says so.
+length of the source) returns the clip unchanged with ``changed=False`` and says so. Unchanged means
+the input itself: its frames at its own size and frame rate (the keypoints in its pixels), not the
+renderer's working copy.
 """
 
 from __future__ import annotations
@@ -156,8 +158,9 @@ class AnyMotionPipeline(Pipeline):
         check_allocation("num_frames", frames, frames * height * width * 3 * 8, "ask for fewer frames or a smaller size")
         return int(frames), int(height), int(width)
 
-    def _clip(self, video: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int]]:
-        """(the sampled frames at the source size, their indices, the output geometry (frames, height, width))."""
+    def _clip(self, video: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int], float | None]:
+        """(the sampled frames at the source size, their indices, the output geometry (frames, height, width), the
+        frame rate of those frames: the file's, stretched when sampled to fewer; None for an array, which has none)."""
         from core.video import Video
 
         if isinstance(video, np.ndarray) and (video.dtype != np.uint8 or video.ndim != 4 or video.shape[-1] != 3):
@@ -172,10 +175,11 @@ class AnyMotionPipeline(Pipeline):
             check_allocation("video", f"{k} frames", k * v.info.height * v.info.width * 3 * 2, "pass a shorter clip or fewer num_frames")
             idx = np.linspace(0, n - 1, k).round().astype(int)
             clip = np.asarray(v.get_frames([int(i) for i in idx]))
+            fps = None if isinstance(video, np.ndarray) else float(v.info.fps) * k / max(n, 1)  # same duration as the source
         if len(clip) < frames:  # a clip shorter than asked is held on its last frame
             pad = frames - len(clip)
             clip, idx = np.concatenate([clip, np.repeat(clip[-1:], pad, 0)]), np.concatenate([idx, np.repeat(idx[-1:], pad)])
-        return clip, idx, geometry
+        return clip, idx, geometry, fps
 
     def _source_keypoints(self, given: Any, clip: np.ndarray, idx: np.ndarray, size: tuple[int, int], out_size: tuple[int, int]) -> np.ndarray:
         from planners.skeleton_cot import check_keypoints
@@ -214,24 +218,37 @@ class AnyMotionPipeline(Pipeline):
             raise InputError("instruction", instruction, "describe the motion, e.g. 'make the person raise the left arm'")
         if len(instruction) > MAX_INSTRUCTION_CHARS:
             raise InputError("instruction", f"{len(instruction)} characters", f"use at most {MAX_INSTRUCTION_CHARS}")
-        raw, idx, (frames, height, width) = self._clip(video)
+        raw, idx, (frames, height, width), source_fps = self._clip(video)
         size = (int(raw.shape[1]), int(raw.shape[2]))
         clip = resize_frames(raw, (height, width))
         src_kp = self._source_keypoints(source_keypoints, raw, idx, size, (height, width))
-        del raw
         t_in = time.perf_counter()
-        base = dict(instruction=instruction, seed=seed, fps=12.0 if self.backend == "builtin" else 16.0, source_video=clip,
-                    config={**dataclasses.asdict(self.config), "num_frames": frames, "height": height, "width": width, "backend": self.backend})
+        fps = 12.0 if self.backend == "builtin" else 16.0
+        config = {**dataclasses.asdict(self.config), "num_frames": frames, "height": height, "width": width, "backend": self.backend}
+
+        def at_source(kp):  # keypoints of the working size -> pixels of the source's size
+            if kp is None:
+                return None
+            kp = np.array(kp, np.float32)
+            kp[..., 0] *= size[1] / width
+            kp[..., 1] *= size[0] / height
+            return kp
 
         def finish(video_out, message, *, reasoning="", found=True, changed=True, plan=None, t_plan=None):
             t_end = time.perf_counter()
             t_plan = t_plan or t_end
-            out = AnyMotionOutput(**base, reasoning=reasoning, message=message, person_found=found, changed=changed,
+            kp_src, kp_tgt = src_kp if found else None, None if plan is None else plan.target_keypoints
+            source_video, out_fps = clip, fps
+            if not changed:  # "returned unchanged" means the input itself: its own size and frame rate, not the working copy
+                video_out = source_video = raw
+                out_fps = source_fps or fps
+                kp_src, kp_tgt = at_source(kp_src), at_source(kp_tgt)
+            out = AnyMotionOutput(instruction=instruction, seed=seed, fps=out_fps, source_video=source_video, config=config,
+                                  reasoning=reasoning, message=message, person_found=found, changed=changed,
                                   category=getattr(plan, "category", ""), fine_class=getattr(plan, "fine_class", ""),
                                   confidence=float(getattr(plan, "confidence", 0.0)),
                                   seconds={"inputs": t_in - t0, "plan": t_plan - t_in, "render": t_end - t_plan, "total": t_end - t0},
-                                  video=video_out, source_keypoints=src_kp if found else None,
-                                  target_keypoints=None if plan is None else plan.target_keypoints,
+                                  video=video_out, source_keypoints=kp_src, target_keypoints=kp_tgt,
                                   queries=None if plan is None or plan.queries is None else np.asarray(plan.queries, np.float32))
             return out.convert(output_type)
 
@@ -251,6 +268,7 @@ class AnyMotionPipeline(Pipeline):
                 return finish(clip, "the instruction asks for no change the planner can make: the clip is returned unchanged",
                               reasoning=plan.reasoning, changed=False, plan=plan, t_plan=time.perf_counter())
         t_plan = time.perf_counter()
+        raw = None  # the render works at the output size: free the source-size frames (only unchanged returns use them)
         out = self._render(clip, instruction, plan, callback_on_step_end, gen)
         what = f"planned {plan.fine_class.replace('_', ' ')} (p={plan.confidence:.2f}) and rendered it" if plan is not None else \
             "rendered from the instruction alone (no skeleton)"
