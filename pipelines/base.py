@@ -357,7 +357,7 @@ class Pipeline:
             select_device(device)  # bad names and missing CUDA fail before anything loads
         if dtype is not None:
             select_dtype(dtype)
-        if defaults is None and pipeline is None:  # XPipeline.build(): the same models the CLI loads by default
+        if defaults is None and pipeline is None and not components:  # XPipeline.build(): the CLI's default models
             defaults = _registered_defaults(cls)
         components = {k: v for k, v in (components or {}).items() if v is not None}
         unknown = [n for n in components if n not in cls.component_specs]
