@@ -56,3 +56,14 @@ class MissingDependencyError(AtelierError, ImportError):
         self.package, self.extra = package, extra
         why = f" to {purpose}" if purpose else ""
         super().__init__(f"{package} is needed{why}: pip install 'atelier[{extra}]'")
+
+
+# The one message for a checkpoint refused because it ships code: the user's flag is the only way to allow it.
+REMOTE_CODE_HINT = ("this checkpoint ships its own Python code, which is not run: pass --trust-remote-code (in Python, the "
+                    "trust_remote_code argument) only if you trust that code, or pass another checkpoint")
+
+
+def refused_remote_code(error: BaseException) -> bool:
+    """Whether a transformers / diffusers loading error is its refusal to run a checkpoint's own code."""
+    text = str(error)
+    return "trust_remote_code" in text or "custom code" in text

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 from core.atomic import atomic_path, json_safe, write_json_atomic
 from core.device import select_device, select_dtype
-from core.errors import AtelierError, InputError, MediaError
+from core.errors import REMOTE_CODE_HINT, AtelierError, InputError, MediaError, refused_remote_code
 
 logger = logging.getLogger(__name__)
 
@@ -107,11 +107,9 @@ def loading_errors(name: str, source: str | Path, what: str = ""):
     except AtelierError:
         raise  # already names its input
     except LOAD_ERRORS as e:
-        text = str(e)
-        first = (text.strip().splitlines() or [""])[0][:300]
-        if "trust_remote_code" in text or "custom code" in text:
-            hint = ("this checkpoint ships its own Python code, which is not run: pass --trust-remote-code "
-                    "(trust_remote_code=True) only if you trust that code, or pass another checkpoint")
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        if refused_remote_code(e):
+            hint = REMOTE_CODE_HINT
         else:
             hint = (f"cannot load it ({type(e).__name__}: {first}); pass a folder this slot reads"
                     + (f" ({what})" if what else ""))

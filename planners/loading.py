@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from core.errors import AtelierError, InputError
+from core.errors import REMOTE_CODE_HINT, AtelierError, InputError, refused_remote_code
 
 BUILTIN = "builtin"
 INSTANCES_DIR = Path(__file__).resolve().parents[1] / "weights" / "builtin" / "instances"
@@ -86,9 +86,8 @@ def _load_hf(spec: str, device: str | None, dtype: str | None, trust_remote_code
     except AtelierError:
         raise
     except (OSError, ValueError, KeyError) as e:
-        if "trust_remote_code" in str(e) or "custom code" in str(e):  # refused, not broken: say how to allow it
-            raise InputError("vlm", spec, "this checkpoint ships its own Python code, which is not run: pass --trust-remote-code "
-                                          "(trust_remote_code=True) only if you trust that code, or pass another checkpoint") from None
+        if refused_remote_code(e):  # refused, not broken: say how to allow it
+            raise InputError("vlm", spec, REMOTE_CODE_HINT) from None
         # transformers says "offline mode" / "not a local folder" / "unrecognized model" in an OSError or ValueError
         raise InputError("vlm", spec, f"cannot load it as a transformers VLM ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                                       "pass a downloaded checkpoint directory, or download it first (the hub is offline here)") from None
