@@ -9,14 +9,14 @@ previews.
 from __future__ import annotations
 
 import logging
+import shlex
 from pathlib import Path
 
 import numpy as np
 
-from app import video_tools
+from app import showcase, video_tools
 from app.gallery import Gallery, Section
-from core.errors import InputError
-from core.outputs import is_ours
+from core.outputs import check_folder
 from core.paths import check_output_dir
 
 logger = logging.getLogger(__name__)
@@ -43,8 +43,10 @@ def _synthetic_clip(path: Path) -> Path:
 
 def run_demo(out: str | Path, video: str | Path | None = None) -> Path:
     out = check_output_dir(out, "--out")
-    if any(out.iterdir()) and not is_ours(out / "index.html"):  # only a new, empty or earlier demo folder
-        raise InputError("--out", str(out), "holds files but no demo of ours (index.html); pick a new or empty folder")
+    # the shared output rule: a file of someone else's under a name the demo writes stops it before any work (an
+    # interrupted demo's own files are ours and are replaced); the writers below check their own files again
+    check_folder(out, ["index.html", "synthetic_clip.mp4", "video_tools/**", "worldgen/**", *(f"{v}/**" for v in showcase.VERBS)],
+                 "--out")
     if video is None:
         video = DEFAULT_CLIP if DEFAULT_CLIP.is_file() else _synthetic_clip(out / "synthetic_clip.mp4")
         if video != DEFAULT_CLIP:
@@ -62,7 +64,7 @@ def run_demo(out: str | Path, video: str | Path | None = None) -> Path:
         images=[sheet["contact_sheet"]], videos=[ov["output"]], data=info,
         command=f"atelier video sample {video} -n 8 && atelier video overlay {video} --motion",
     ))
-    for verb in ("ask", "segment", "generate", "edit", "motion", "meme", "reason"):
+    for verb in showcase.VERBS:
         _add_showcase(gallery, out, verb)
     logger.info("worldgen previews")
     _add_worldgen(gallery, out)
@@ -119,16 +121,18 @@ def _media(verb: str, it, s: dict) -> tuple[list[str], list[str]]:
 
 
 def _command(verb: str, it) -> str:
+    """The CLI line that reproduces the item, quoted for a shell (options and paths may hold spaces)."""
     x = it.inputs
-    return {
-        "ask": lambda: f"atelier ask {x['video']} -q \"{x['question']}\" --options {' '.join(x['options'])}",
-        "segment": lambda: f"atelier segment {x['video']} \"{x['query']}\" -o seg/",
-        "generate": lambda: f"atelier generate \"{x['prompt']}\" -o gen/",
-        "edit": lambda: f"atelier edit {x['video']} \"{x['instruction']}\" -o edit/",
-        "motion": lambda: f"atelier motion {x['video']} \"{x['instruction']}\" -o motion/",
-        "meme": lambda: f"atelier meme {x['image']} -o memes/",
-        "reason": lambda: f"atelier reason {x['image']} -q \"{x['question']}\" --options {' '.join(x['options'])} -o answer/",
+    argv = {
+        "ask": lambda: [x["video"], "-q", x["question"], "--options", *x["options"]],
+        "segment": lambda: [x["video"], x["query"], "-o", "seg/"],
+        "generate": lambda: [x["prompt"], "-o", "gen/"],
+        "edit": lambda: [x["video"], x["instruction"], "-o", "edit/"],
+        "motion": lambda: [x["video"], x["instruction"], "-o", "motion/"],
+        "meme": lambda: [x["image"], "-o", "memes/"],
+        "reason": lambda: [x["image"], "-q", x["question"], "--options", *x["options"], "-o", "answer/"],
     }[verb]()
+    return shlex.join(["atelier", verb, *map(str, argv)])
 
 
 def _question(verb: str, it) -> str:
@@ -143,8 +147,6 @@ def _question(verb: str, it) -> str:
 def showcase_section(verb: str, out: Path) -> tuple[Section, object]:
     """``verb``'s gallery section: its showcase item (``app.showcase``'s rule, item 0) run on the builtin models, the
     ground truth beside the result, and the computed verdict in words. Returns ``(section, verdict)``."""
-    from app import showcase
-
     folder = out / verb
     it, _, s, verdict = showcase.run(verb, folder / "input", out_dir=folder / "result")
     images, videos = _media(verb, it, s)

@@ -53,9 +53,8 @@ class Gallery:
             if s.truth is not None:
                 parts.append(f"<p><b>truth:</b> {html.escape(s.truth)}</p>")
             if s.verdict is not None:
-                cls = "right" if s.right else "wrong"
-                parts.append(f'<p class="{cls}"><b>{html.escape(s.verdict.split(":", 1)[0])}:</b>'
-                             f"{html.escape(s.verdict.split(':', 1)[1] if ':' in s.verdict else '')}</p>")
+                cls = "right" if s.right else "wrong"  # the verdict's words start with this same word
+                parts.append(f'<p class="{cls}"><b>{cls}:</b>{html.escape(s.verdict.removeprefix(cls + ":"))}</p>')
             if s.command:
                 parts.append(f"<p>reproduce: <code>{html.escape(s.command)}</code></p>")
             if s.truth_images:

@@ -64,9 +64,7 @@ class Verdict:
 
     def words(self) -> str:
         how = f" ({self.measure})" if self.measure else ""
-        if self.right:
-            return f"right: the model answered {self.answer}, the truth is {self.truth}{how}."
-        return f"wrong: the model answered {self.answer}, the truth is {self.truth}{how}."
+        return f"{'right' if self.right else 'wrong'}: the model answered {self.answer}, the truth is {self.truth}{how}."
 
 
 @dataclass

@@ -41,7 +41,6 @@ class WebSettings:
     """
 
     max_video_seconds: float = 600.0
-    max_file_size: str = "500mb"
     models: tuple[str, ...] = ("builtin",)
     keep_files_minutes: float = 60.0  # uploads and served results older than this are deleted
 
@@ -665,7 +664,7 @@ def check_models(models: tuple[str, ...]) -> tuple[str, ...]:
             if kind is None:
                 raise InputError("--vlm", spec, "this folder has no model config.json; pass a checkpoint folder "
                                                 "(a transformers VLM or `atelier train vlm --out DIR`)")
-            if kind not in ("transformers", "builtin-vlm", "builtin-instance-reasoner"):
+            if kind not in ("transformers", "builtin-vlm"):  # what load_vlm takes: every tab that offers it loads a VLM
                 raise InputError("--vlm", spec, f"this folder holds a {kind!r}, not a vision-language model")
             if not any(p.suffix in WEIGHT_SUFFIXES for p in path.iterdir()):
                 raise InputError("--vlm", spec, f"this folder has a config.json but no weights ({', '.join(WEIGHT_SUFFIXES)}); "
@@ -700,7 +699,7 @@ def launch(host: str = "127.0.0.1", port: int = 7860, max_video_seconds: float =
         raise InputError("host", host, "the demo binds loopback only (e.g. 127.0.0.1); pass --allow-remote to expose it")
     size = parse_file_size(max_file_size)
     settings = WebSettings(max_video_seconds=check_positive("--max-video-seconds", max_video_seconds, "seconds"),
-                           max_file_size=str(max_file_size), models=check_models(tuple(models)),
+                           models=check_models(tuple(models)),
                            keep_files_minutes=check_positive("--keep-files", keep_files_minutes, "minutes"))
     kwargs.pop("share", None)
     demo = build_app(settings)

@@ -58,8 +58,6 @@ def uses_builtin(app, components: dict, options: dict) -> bool:
     """Whether any model of the run is a shipped builtin one: a slot left at its builtin default or named
     'builtin', or a saved ``--pipeline`` whose index records a builtin component."""
     if options.get("pipeline"):
-        from pathlib import Path
-
         from pipelines.base import INDEX_FILE, read_index
 
         if not (Path(options["pipeline"]).expanduser() / INDEX_FILE).is_file():

@@ -142,13 +142,14 @@ def expected_tensors(module: nn.Module) -> tuple[dict[str, tuple[int, ...]], lis
 
 
 def load_strict(module: nn.Module, ckpt: ShardedCheckpoint, names: Mapping[str, str], where: str, *,
-                official_name: Callable[[str], str], dtype: torch.dtype | None = None,
+                official_name: Callable[[str], str], dtype: torch.dtype | None = None, device: Any = None,
                 only: Callable[[str], bool] = lambda name: True) -> nn.Module:
     """Fill ``module`` (built under ``empty_module``) from ``ckpt``; ``names`` maps our tensor name to the
     checkpoint's. Every tensor the module needs must be given, and every given name must be the module's,
     with its shape: else an ``InputError`` naming the checkpoint keys (``official_name`` turns a missing name
     of ours into the key the checkpoint should have held). Floating tensors are cast to ``dtype`` (None:
-    kept as stored). ``only``: the module's names this checkpoint fills (others are loaded elsewhere).
+    kept as stored) and moved to ``device`` as they are read (None: left on the CPU). ``only``: the module's names this
+    checkpoint fills (others are loaded elsewhere).
     """
     shapes, tied = expected_tensors(module)
     shapes = {k: v for k, v in shapes.items() if only(k)}
@@ -170,9 +171,8 @@ def load_strict(module: nn.Module, ckpt: ShardedCheckpoint, names: Mapping[str, 
             raise InputError(where, f"{their} has shape {list(got)}", f"the config wants {list(shapes[ours])}")
     done: dict[str, nn.Parameter | torch.Tensor] = {}
     for ours in sorted(given):
-        t = ckpt.tensor(names[ours])
-        if t.is_floating_point() and dtype is not None:
-            t = t.to(dtype)
+        t = ckpt.tensor(names[ours])  # one tensor at a time, straight to ``device``: host RAM holds one, not the model
+        t = t.to(device=device, dtype=dtype if t.is_floating_point() and dtype is not None else t.dtype)
         done[ours] = _assign(module, ours, t)
     for group in tied:  # re-tie: the names left out point at the tensor that was loaded
         src = next(done[n] for n in group if n in done)

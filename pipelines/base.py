@@ -478,14 +478,10 @@ def _with_call_settings(call: Callable) -> Callable:
 
 def _registered_defaults(cls: type) -> dict[str, Any] | None:
     """The component defaults of the registered app that runs ``cls`` (what its CLI verb loads)."""
-    from pipelines.registry import PIPELINE_APPS, apps
+    from pipelines.registry import apps
 
     name = f"{cls.__module__}:{cls.__name__}"
-    for verb in PIPELINE_APPS:
-        app = apps()[verb]
-        if app.pipeline == name:
-            return dict(app.defaults)
-    return None
+    return next((dict(app.defaults) for app in apps().values() if app.pipeline == name), None)
 
 
 # --------------------------------------------------------------------------- index reading

@@ -103,8 +103,7 @@ def pair_rewards(verdict: JudgeVerdict | str | None) -> tuple[float, float]:
         verdict = parse_judge_reply(verdict)
     a, b = verdict.score1, verdict.score2
     if a is not None and b is not None:
-        total = a + b
-        return (0.5, 0.5) if total <= 0 else (a / total, b / total)
+        return normalise_pair(a, b)
     if verdict.winner == 1:
         return 1.0, 0.0
     if verdict.winner == 2:

@@ -59,9 +59,9 @@ def _check_files(root: Path) -> None:
         raise InputError(str(root), "no t5_tokenizer/", "restore the UMT5 tokenizer folder from the release")
 
 
-def _prefixed(module: torch.nn.Module, ckpt: ShardedCheckpoint, prefix: str, where: str, dtype: Any) -> torch.nn.Module:
+def _prefixed(module: torch.nn.Module, ckpt: ShardedCheckpoint, prefix: str, where: str, dtype: Any, device: Any) -> torch.nn.Module:
     names = {k[len(prefix):]: k for k in ckpt.keys() if k.startswith(prefix)}
-    return load_strict(module, ckpt, names, f"{where} ({prefix})", dtype=dtype, official_name=lambda n: prefix + n)
+    return load_strict(module, ckpt, names, f"{where} ({prefix})", dtype=dtype, device=device, official_name=lambda n: prefix + n)
 
 
 def load_official_renderer(root: str | Path, ckpt: ShardedCheckpoint | None = None, device: Any = None,
@@ -87,13 +87,16 @@ def load_official_renderer(root: str | Path, ckpt: ShardedCheckpoint | None = No
     experts: dict[str, Any] = {}
     for name, cfg_name in EXPERT_CONFIGS.items():
         if not (root / cfg_name).is_file():
+            if any(k.startswith(EXPERT_PREFIXES[name]) for k in ckpt.keys()):  # never drop an expert whose weights are here
+                raise InputError(str(root), f"no {cfg_name}", f"the shards hold {EXPERT_PREFIXES[name]}* but its config is "
+                                                               "missing; restore it from the release")
             continue
         with empty_module():
             model = WanTransformer3DModel.from_config(_read_json(root / cfg_name))
-        experts[name] = _prefixed(model, ckpt, EXPERT_PREFIXES[name], where, dt).eval()
+        experts[name] = _prefixed(model, ckpt, EXPERT_PREFIXES[name], where, dt, dev).eval()
     with empty_module():
         t5 = UMT5EncoderModel(UMT5Config.from_pretrained(str(root / "t5_text_encoder")))
-    t5 = _prefixed(t5, ckpt, T5_PREFIX, where, dt).eval()
+    t5 = _prefixed(t5, ckpt, T5_PREFIX, where, dt, dev).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(root / "t5_tokenizer"))
     check_library_folder(root / "vae", AutoencoderKLWan)
     vae = AutoencoderKLWan.from_pretrained(root / "vae", torch_dtype=torch.float32).eval()

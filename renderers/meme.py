@@ -387,7 +387,7 @@ def render_meme_official(image: np.ndarray, texts: Sequence[str], detections: Se
         raise InputError("image", getattr(image, "shape", type(image).__name__), "pass an (H, W, 3) uint8 RGB array")
     if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
         raise InputError("texts", texts, "pass a list of strings, one per box")
-    name = str(font) if font is not None else official_font()
+    name = resolve_font(font) if font is not None else official_font()  # a bad font: an InputError naming it
     canvas = Image.fromarray(image, "RGB").copy()
     draw = ImageDraw.Draw(canvas)
     kept = [t.strip() for t in texts if t and t.strip()]
@@ -401,10 +401,10 @@ def render_meme_official(image: np.ndarray, texts: Sequence[str], detections: Se
     c = config
     for (x1, y1, x2, y2), text in zip(boxes, kept):
         max_w, max_h = max(1, x2 - x1 - 2 * c.margin), max(1, y2 - y1 - 2 * c.margin)
-        font_obj = ImageFont.truetype(name, c.min_font_size)
+        font_obj = _font(name, c.min_font_size)
         lines = _official_wrap(draw, text, font_obj, max_w)
         for size in range(c.min_font_size, c.max_font_size + 1):
-            trial = ImageFont.truetype(name, size)
+            trial = _font(name, size)  # cached: a judge renders every pair
             wrapped = _official_wrap(draw, text, trial, max_w)
             sizes = [_official_size(draw, line, trial) for line in wrapped]
             if max(s[0] for s in sizes) > max_w or sum(s[1] for s in sizes) + c.line_spacing * (len(wrapped) - 1) > max_h:

@@ -161,3 +161,13 @@ def test_batch_never_writes_through_a_link_nor_trusts_a_foreign_record(media, tm
     summary = run_batch(manifest, foreign, progress=False)
     assert (summary.failed, summary.skipped) == (1, 0)  # not skipped on the word of a record it did not write
     assert (foreign / "x" / "thesis.txt").read_text() == "mine" and (foreign / ".partial-x").is_dir()
+
+
+def test_demo_keeps_a_users_files_and_names_them_before_any_work(tmp_path):
+    from app.demo import run_demo
+    from core.errors import InputError
+
+    (tmp_path / "index.html").write_text("my page")
+    with pytest.raises(InputError, match="index.html"):
+        run_demo(tmp_path)
+    assert (tmp_path / "index.html").read_text() == "my page" and sorted(p.name for p in tmp_path.iterdir()) == ["index.html"]

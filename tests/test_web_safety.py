@@ -382,3 +382,15 @@ def test_serve_accepts_gradio_size_forms_and_real_checkpoints(tmp_path):
     (vlm / "config.json").write_text('{"model": "builtin-vlm"}')
     (vlm / "model.safetensors").write_bytes(b"")
     assert check_models(("builtin", str(vlm), str(vlm))) == ("builtin", str(vlm))
+
+
+def test_serve_refuses_a_model_folder_that_is_no_vlm():
+    """Every tab that offers a --vlm loads it as a VLM: a builtin instance-reasoner folder would fail on every request."""
+    from pathlib import Path
+
+    from app.web import check_models
+    from core.errors import InputError
+
+    instances = Path(__file__).resolve().parents[1] / "weights" / "builtin" / "instances"
+    with pytest.raises(InputError, match="not a vision-language model"):
+        check_models(("builtin", str(instances)))

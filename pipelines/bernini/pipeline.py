@@ -39,6 +39,7 @@ from pipelines.bernini.tasks import (
     TASKS,
     fit_media_size,
     infer_task,
+    mode_projects,
     source_frame_indices,
     system_prompt_for_task,
     task_defaults,
@@ -477,7 +478,7 @@ class BerniniPipeline(Pipeline):
                 apg = c.apg == "on"
                 apg_cfg = APG() if apg else None
             else:  # the official modes carry their own projection; Bernini-R's APG uses the table's eta / momentum
-                apg = mode not in ("rv2v", "v2v")
+                apg = mode_projects(mode)
                 apg_cfg = APG(eta=d.eta, momentum=d.momentum)
             steps = c.steps or d.steps
             shift = _pick(c.flow_shift, d.flow_shift)

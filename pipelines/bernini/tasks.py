@@ -134,10 +134,10 @@ class TaskDefaults:
     momentum: float = 0.0
     negative_prompt: str = DEFAULT_NEG_PROMPT
 
-    @property
-    def apg(self) -> bool:
-        """Whether the mode projects its deltas (every official mode but the plain chains)."""
-        return self.mode not in ("rv2v", "v2v", "cascade")
+
+def mode_projects(mode: str) -> bool:
+    """Whether an official guidance mode projects its deltas with APG (every one but the plain chains)."""
+    return mode not in ("rv2v", "v2v", "cascade")
 
 
 _BASE = TaskDefaults()  # BASE_TASK_DEFAULTS

@@ -41,9 +41,9 @@ def load_planner(spec: str | Path = "builtin", device: Any = None, dtype: Any = 
     path = Path(spec).expanduser()
     if not path.is_dir():
         raise InputError("planner", str(spec), "no such folder; pass 'builtin' or a planner folder")
-    from planners.semantic.official import MLLM_DIR
+    from renderers.bernini_official import is_full_layout
 
-    if (path / "bernini").is_dir() and (path / MLLM_DIR).is_dir():  # the full release (Bernini-Diffusers / -v2)
+    if is_full_layout(path):  # the full release (Bernini-Diffusers / -v2); a missing mllm/ is named by its loader
         from planners.semantic.official import load_official_planner
 
         return load_official_planner(path, device=device, dtype=dtype)
