@@ -231,6 +231,8 @@ class Pipeline:
     config_class: ClassVar[type] = PipelineConfig
     # diffusers' per-call names -> this pipeline's config fields (``num_inference_steps`` -> ``steps``)
     call_aliases: ClassVar[dict[str, str]] = {"num_inference_steps": "steps"}
+    # diffusers' name: the tensors a step callback may read and hand back (``callback_on_step_end_tensor_inputs``)
+    _callback_tensor_inputs: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -259,6 +261,7 @@ class Pipeline:
             setattr(self, name, comp)
         self._progress_config: dict[str, Any] = {}
         self._interrupted = False
+        self._tensor_inputs: tuple[str, ...] = ()
 
     @classmethod
     def output_class(cls) -> type:
@@ -416,18 +419,25 @@ class Pipeline:
     def _begin_call(self) -> None:
         self._interrupted = False
 
-    def step_end(self, callback: Callable | None, step: int, info: dict[str, Any]) -> None:
+    def step_end(self, callback: Callable | None, step: int, info: dict[str, Any]) -> dict[str, Any]:
         """End of loop step ``step``: call ``callback(pipe, step, info)``, or diffusers' four-argument form
         ``callback(pipe, step, timestep, callback_kwargs)`` (``timestep`` from ``info``, None where a loop has
-        none; ``callback_kwargs`` is ``info``), then honour ``interrupt()``."""
+        none; ``callback_kwargs`` is ``info``), then honour ``interrupt()``.
+
+        Returns what the loop takes back: as in diffusers, the entries of the dict the callback returns that
+        the call named in ``callback_on_step_end_tensor_inputs`` (e.g. ``{"latents": x}``); else ``{}``."""
+        back: dict[str, Any] = {}
         if callback is not None:
             if _positional_arity(callback) >= 4:
-                callback(self, step, info.get("timestep"), info)
+                result = callback(self, step, info.get("timestep"), info)
             else:
-                callback(self, step, info)
+                result = callback(self, step, info)
+            if isinstance(result, dict):
+                back = {k: result[k] for k in self._tensor_inputs if k in result and k in info}
         if self._interrupted:
             self._interrupted = False
             raise PipelineInterrupted(f"{type(self).__name__} interrupted after step {step}")
+        return back
 
     def __repr__(self) -> str:
         comps = ", ".join(f"{n}={type(c).__name__ if c is not None else None}" for n, c in self.components.items())
@@ -455,6 +465,13 @@ def _with_call_settings(call: Callable) -> Callable:
 
     @functools.wraps(call)
     def wrapped(self, *args: Any, **kwargs: Any):
+        if "callback_on_step_end_tensor_inputs" in kwargs and "callback_on_step_end_tensor_inputs" not in own:
+            names = _check_tensor_inputs(type(self), kwargs.pop("callback_on_step_end_tensor_inputs"))
+            saved_inputs, self._tensor_inputs = self._tensor_inputs, names
+            try:
+                return wrapped(self, *args, **kwargs)
+            finally:
+                self._tensor_inputs = saved_inputs
         fields = {f.name for f in dataclasses.fields(self.config)}
         settings = {}
         for key in [k for k in kwargs if k not in own]:
@@ -474,6 +491,18 @@ def _with_call_settings(call: Callable) -> Callable:
             self.config = saved
 
     return wrapped
+
+
+def _check_tensor_inputs(cls: type, names: Any) -> tuple[str, ...]:
+    """diffusers' ``callback_on_step_end_tensor_inputs``: a list of names this pipeline's loop can hand over."""
+    allowed = cls._callback_tensor_inputs
+    if isinstance(names, str) or not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise InputError("callback_on_step_end_tensor_inputs", names, f"pass a list of names, e.g. {list(allowed) or []}")
+    bad = [n for n in names if n not in allowed]
+    if bad:
+        has = f"it hands over {list(allowed)}" if allowed else "its loop has no tensors to hand over; pass []"
+        raise InputError("callback_on_step_end_tensor_inputs", bad, f"{cls.__name__} cannot hand a callback {bad}: {has}")
+    return tuple(names)
 
 
 def _registered_defaults(cls: type) -> dict[str, Any] | None:

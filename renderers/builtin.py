@@ -968,9 +968,10 @@ class BuiltinRenderer(nn.Module):
             state["denoised"] = x - sigma.to(x) * vel
             return vel
 
-        def on_step(i: int, t: torch.Tensor, x: torch.Tensor) -> None:
-            if callback is not None:
-                callback(i, {"timestep": float(t), "sigma": float(scheduler.sigmas[i]), "latents": x, "denoised": state["denoised"]})
+        def on_step(i: int, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+            if callback is not None:  # latents it returns replace the loop's (diffusers' tensor inputs)
+                return callback(i, {"timestep": float(t), "sigma": float(scheduler.sigmas[i]), "latents": x, "denoised": state["denoised"]})
+            return None
 
         tokens = flow.sample_flow(velocity_fn, noise, scheduler, int(steps), generator=gen, callback=on_step)
         if output_type == "tokens":

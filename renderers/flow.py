@@ -230,7 +230,7 @@ def sample_flow(velocity_fn: VelocityFn, noise: torch.Tensor, scheduler: Any, nu
     ``velocity_fn(latents, timestep, sigma)`` returns the (guided) velocity: ``timestep`` is the scheduler's
     0-d timestep, what the DiT embeds and what picks the expert; ``sigma`` the noise level the scheduler
     integrates from (the timestep is rounded for UniPC, so it is not always ``sigma * 1000``).
-    ``callback(i, t, latents)`` runs after each step. The scheduler is reset with ``set_timesteps`` first, so one instance can be reused;
+    ``callback(i, t, latents)`` runs after each step; latents it returns replace the loop's. The scheduler is reset with ``set_timesteps`` first, so one instance can be reused;
     ``generator`` reaches schedulers whose ``step`` takes one (stochastic Euler).
     """
     _check_flow_scheduler(scheduler)
@@ -244,5 +244,10 @@ def sample_flow(velocity_fn: VelocityFn, noise: torch.Tensor, scheduler: Any, nu
         v = velocity_fn(x, t, scheduler.sigmas[i])
         x = scheduler.step(v, t, x, return_dict=False, **extra)[0]
         if callback is not None:
-            callback(i, t, x)
+            taken = callback(i, t, x)
+            if taken is not None:  # diffusers' callback_on_step_end_tensor_inputs: the callback's latents go on
+                if not isinstance(taken, torch.Tensor) or taken.shape != x.shape:
+                    raise InputError("latents", getattr(taken, "shape", type(taken).__name__),
+                                     f"a step callback must hand back latents of shape {tuple(x.shape)}")
+                x = taken.to(x)
     return x

@@ -743,9 +743,10 @@ class WanRenderer:
                 guide.switch_expert()  # once, at the first low-noise step (spec b.8)
             return self._guided(guide, expert, x, t, segments, contexts, batch_branches, sigma)
 
-        def on_step(i: int, t: torch.Tensor, x: torch.Tensor) -> None:
-            if callback is not None:
-                callback(i, {"timestep": float(t), "expert": state["expert"], "latents": x})
+        def on_step(i: int, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
+            if callback is not None:  # latents it returns replace the loop's (diffusers' tensor inputs)
+                return callback(i, {"timestep": float(t), "expert": state["expert"], "latents": x})
+            return None
 
         latents = flow.sample_flow(velocity_fn, noise, scheduler, num_inference_steps, generator=generator,
                                    callback=on_step)

@@ -53,9 +53,8 @@ def render_motion(renderer: Any, source: np.ndarray, target_keypoints: np.ndarra
     gen = generator if isinstance(generator, torch.Generator) or generator is None else torch.Generator().manual_seed(int(generator))
     out = np.empty_like(source)
     for a, b in windows(t, window or c.num_frames):
-        def cb(step: int, info: dict, span=(a, b)) -> None:
-            if callback is not None:
-                callback(step, {**info, "window": span})
+        def cb(step: int, info: dict, span=(a, b)):
+            return callback(step, {**info, "window": span}) if callback is not None else None
 
         out[a:b] = renderer.generate(None, text, sources=[source[a:b]], num_frames=b - a, height=h, width=w, steps=steps,
                                      guidance=guidance, generator=gen, callback=cb, pose=None if maps is None else maps[a:b],

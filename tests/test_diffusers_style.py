@@ -81,3 +81,40 @@ def test_per_call_settings_are_checked_like_the_config():
         pipe(np.zeros((8, 32, 32, 3), np.uint8), "q?", ["a", "b"], grid=10_000)
     with pytest.raises(TypeError):
         pipe(np.zeros((8, 32, 32, 3), np.uint8), "q?", ["a", "b"], no_such_setting=1)
+
+
+@pytest.mark.parametrize("verb", ["generate", "motion"])
+def test_a_callback_hands_back_the_latents_it_names(verb, clip, figure, still):
+    """diffusers' ``callback_on_step_end_tensor_inputs``: the callback reads the named tensors and what it returns
+    goes on in the loop (here: zeroed latents after every step give another clip than the untouched run)."""
+    pipe = apps()[verb].pipeline_class.build()
+    pipe.set_progress_bar_config(disable=True)
+    args, kwargs, settings = calls(clip, figure, still)[verb]
+    settings = {**settings, "num_inference_steps": 2}
+    plain = np.asarray(pipe(*args, **kwargs, **settings, generator=0).video)
+    seen = []
+
+    def zero_latents(pipe_, step, timestep, callback_kwargs):
+        if "latents" not in callback_kwargs:  # a stage without latents (Bernini's planning steps)
+            return callback_kwargs
+        seen.append(callback_kwargs["latents"].shape)
+        return {"latents": callback_kwargs["latents"] * 0}
+
+    changed = np.asarray(pipe(*args, **kwargs, **settings, generator=0, callback_on_step_end=zero_latents,
+                              callback_on_step_end_tensor_inputs=["latents"]).video)
+    assert seen
+    assert not np.array_equal(plain, changed)
+    # without naming the tensor, what the callback returns is not taken back
+    ignored = np.asarray(pipe(*args, **kwargs, **settings, generator=0, callback_on_step_end=zero_latents).video)
+    assert np.array_equal(plain, ignored)
+
+
+def test_tensor_inputs_a_pipeline_cannot_hand_over_are_named():
+    pipe = apps()["ask"].pipeline_class.build()
+    with pytest.raises(InputError, match="latents"):
+        pipe(np.zeros((8, 32, 32, 3), np.uint8), "q?", ["a", "b"], callback_on_step_end_tensor_inputs=["latents"])
+    gen = apps()["generate"].pipeline_class.build()
+    with pytest.raises(InputError, match="prompt_embeds"):
+        gen("a red star", callback_on_step_end_tensor_inputs=["prompt_embeds"])
+    with pytest.raises(InputError, match="list of names"):
+        gen("a red star", callback_on_step_end_tensor_inputs="latents")

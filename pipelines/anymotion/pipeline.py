@@ -132,6 +132,7 @@ class AnyMotionPipeline(Pipeline):
                                   help="pose-guided renderer: 'builtin' or a Wan diffusers folder"),
     }
     config_class = AnyMotionConfig
+    _callback_tensor_inputs = ("latents",)  # the renderer's; a callback may hand back new ones
 
     @property
     def backend(self) -> str:
@@ -288,12 +289,12 @@ class AnyMotionPipeline(Pipeline):
             decode = self.renderer.decode_tokens
             h, w = clip.shape[1:3]
 
-            def on_step(step: int, info: dict) -> None:
+            def on_step(step: int, info: dict):  # returns the latents a callback hands back (or None)
                 bar.update(1)
                 self._step += 1
                 if callback is not None and info.get("denoised") is not None:
                     info = {**info, "preview": _sheet(decode(info["denoised"][0], h, w))}
-                self.step_end(callback, self._step - 1, {"stage": "render", "stage_step": self._step - 2, "num_steps": total, **info})
+                return self.step_end(callback, self._step - 1, {"stage": "render", "stage_step": self._step - 2, "num_steps": total, **info}).get("latents")
 
             try:
                 guidance = c.guidance_scale if c.guidance_scale is not None else "auto"
@@ -325,10 +326,10 @@ class AnyMotionPipeline(Pipeline):
         steps = c.steps or HF_STEPS
         bar = self.progress_bar(total=steps, desc="render")
 
-        def on_step(step: int, info: dict) -> None:
+        def on_step(step: int, info: dict):  # returns the latents a callback hands back (or None)
             bar.update(1)
             self._step += 1
-            self.step_end(callback, self._step - 1, {"stage": "render", "stage_step": step, "num_steps": steps, **info})
+            return self.step_end(callback, self._step - 1, {"stage": "render", "stage_step": step, "num_steps": steps, **info}).get("latents")
 
         try:
             return np.asarray(self.renderer.generate(instruction, sources=sources, plan=ctx, height=h, width=w, num_frames=len(clip),

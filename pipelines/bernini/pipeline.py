@@ -183,6 +183,7 @@ class BerniniPipeline(Pipeline):
                                  help="how the builtin planner reads prompts and sources ('builtin'; a Qwen-VL planner needs none)"),
     }
     config_class = BerniniConfig
+    _callback_tensor_inputs = ("latents",)  # the renderer's; a callback may hand back new ones
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, *, release: str | None = None, **kwargs: Any) -> BerniniPipeline:
@@ -429,7 +430,7 @@ class BerniniPipeline(Pipeline):
         total = k * per_plan
         bar = self.progress_bar(total=total, desc="plan")
 
-        def on_step(step: int, info: dict) -> None:
+        def on_step(step: int, info: dict):  # returns the latents a callback hands back (or None)
             bar.update(1)
             self._step += 1
             self.step_end(callback, self._step - 1, {"stage": "plan", "stage_step": step, "num_steps": total, **info})
@@ -504,13 +505,13 @@ class BerniniPipeline(Pipeline):
 
         decode = getattr(self.renderer, "decode_tokens", None) if self.backend == "builtin" else None
 
-        def on_step(step: int, info: dict) -> None:
+        def on_step(step: int, info: dict):  # returns the latents a callback hands back (or None)
             bar.update(1)
             self._step += 1
             if callback is not None and decode is not None and info.get("denoised") is not None:
                 # the current clean-clip estimate: a picture a web tab can show while it renders
                 info = {**info, "preview": _frame_sheet(decode(info["denoised"][0], height, width), columns=4)}
-            self.step_end(callback, self._step - 1, {"stage": "render", "stage_step": step, "num_steps": steps, **info})
+            return self.step_end(callback, self._step - 1, {"stage": "render", "stage_step": step, "num_steps": steps, **info}).get("latents")
 
         try:
             clip = self.renderer.generate(**kwargs, generator=gen, callback=on_step)
