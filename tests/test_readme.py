@@ -37,3 +37,6 @@ def test_readme_python_snippets_run(tmp_path, monkeypatch, capsys):
     # (the judge calls it wrong: issue 51)
     assert "('small', 'orange', 'heart', 'up')" in out
     assert "white (p = " in out  # latent reasoning: the scene's answer is white
+    # the VLM sampling snippet captions the one object its clip holds, and its samples differ
+    samples = namespace["vlm"].generate(namespace["turn"], do_sample=True, temperature=1.0, num_return_sequences=3, generator=1)
+    assert all(s.startswith("a purple star") for s in samples) and len(set(samples)) > 1, samples
