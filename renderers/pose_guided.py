@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from core.errors import InputError
-from core.skeleton import POSE_MAP_CHANNELS, pose_maps
+from core.skeleton import POSE_MAP_CHANNELS, pose_maps, render_limbs
 
 
 def windows(num_frames: int, window: int) -> list[tuple[int, int]]:
@@ -59,4 +59,44 @@ def render_motion(renderer: Any, source: np.ndarray, target_keypoints: np.ndarra
         out[a:b] = renderer.generate(None, text, sources=[source[a:b]], num_frames=b - a, height=h, width=w, steps=steps,
                                      guidance=guidance, generator=gen, callback=cb, pose=None if maps is None else maps[a:b],
                                      queries=queries)
+    return out
+
+
+def limb_masks(keypoints: np.ndarray, height: int, width: int, grow: int) -> np.ndarray:
+    """Where a skeleton's limbs lie, ``(T, H, W)`` bool: its limbs drawn ``1 + 2 * grow`` pixels wider than
+    ``render_limbs`` draws them (a figure's limbs are wider than the map's lines)."""
+    import cv2
+
+    drawn = render_limbs(keypoints, height, width).any(-1)
+    kernel = np.ones((2 * grow + 1, 2 * grow + 1), np.uint8)
+    return np.stack([cv2.dilate(m.astype(np.uint8), kernel) > 0 for m in drawn])
+
+
+def uncover(video: np.ndarray, source: np.ndarray, source_keypoints: np.ndarray, target_keypoints: np.ndarray,
+            grow: int | None = None) -> np.ndarray:
+    """Show the background where the source person's limbs were and the target's are not [PROPOSED].
+
+    The builtin renderer predicts the change from the source clip and leaves dark residues of the limbs a
+    motion moves away (issue 48: "ghosts of the source limbs"). The clip itself shows what lies behind a
+    limb in the frames where that limb is elsewhere: per pixel, the median of the source frames where no
+    source limb covers it. Pixels inside a source limb and outside every target limb take that median; a
+    pixel the clip never uncovers keeps the render. Rows are done one at a time (memory: one row of
+    the clip). ``grow``: pixels added around each drawn limb (default: 1/32 of the shorter side, at least 1).
+    """
+    t, h, w = video.shape[:3]
+    grow = max(1, round(min(h, w) / 32)) if grow is None else int(grow)
+    src = limb_masks(source_keypoints, h, w, grow)
+    fix = src & ~limb_masks(target_keypoints, h, w, grow)
+    if not fix.any():
+        return video
+    out = video.copy()
+    for y in np.nonzero(fix.any((0, 2)))[0]:
+        seen = np.where(src[:, y, :, None], np.nan, source[:, y].astype(np.float32))  # (T, W, 3)
+        known = ~src[:, y].all(0)
+        if not known.any():
+            continue
+        background = np.zeros((w, 3), np.float32)
+        background[known] = np.nanmedian(seen[:, known], axis=0)
+        cols = fix[:, y] & known  # (T, W)
+        out[:, y][cols] = np.round(np.broadcast_to(background, (t, w, 3))[cols]).astype(np.uint8)
     return out

@@ -71,6 +71,8 @@ class AnyMotionConfig(PipelineConfig):
     steps: int | None = setting(None, help="renderer sampling steps (None: the builtin renderer's 8, hf 40)", range=(1, 200))
     guidance_scale: float | None = setting(None, help="builtin renderer: one guidance scale, fully conditioned vs nothing "
                                                       "(None: its config's, 1 = no guidance)", range=(0.0, 20.0))
+    uncover: bool = setting(True, help="builtin renderer: where a source limb was and no target limb is, show the background the clip "
+                                       "shows there in other frames (the render leaves dark residues there) [PROPOSED]")
     tiling: bool = setting(False, help="hf renderer: decode the VAE in tiles (less memory at large sizes)")
     cpu_offload: bool = setting(False, help="hf renderer: keep each model on the CPU until it runs (less GPU memory, slower)", flag="--offload")
 
@@ -270,16 +272,17 @@ class AnyMotionPipeline(Pipeline):
                               reasoning=plan.reasoning, changed=False, plan=plan, t_plan=time.perf_counter())
         t_plan = time.perf_counter()
         raw = None  # the render works at the output size: free the source-size frames (only unchanged returns use them)
-        out = self._render(clip, instruction, plan, callback_on_step_end, gen)
+        out = self._render(clip, instruction, plan, callback_on_step_end, gen, src_kp)
         what = f"planned {plan.fine_class.replace('_', ' ')} (p={plan.confidence:.2f}) and rendered it" if plan is not None else \
             "rendered from the instruction alone (no skeleton)"
         return finish(out, what, reasoning=plan.reasoning if plan is not None else "", plan=plan, t_plan=t_plan)
 
-    def _render(self, clip: np.ndarray, instruction: str, plan: Any, callback: Callable | None, gen: torch.Generator) -> np.ndarray:
+    def _render(self, clip: np.ndarray, instruction: str, plan: Any, callback: Callable | None, gen: torch.Generator,
+                source_keypoints: np.ndarray | None = None) -> np.ndarray:
         c = self.config
         target = None if plan is None else plan.target_keypoints
         if self.backend == "builtin":
-            from renderers.pose_guided import render_motion, windows
+            from renderers.pose_guided import render_motion, uncover, windows
 
             rc = self.renderer.config
             steps = c.steps or rc.steps
@@ -298,10 +301,13 @@ class AnyMotionPipeline(Pipeline):
 
             try:
                 guidance = c.guidance_scale if c.guidance_scale is not None else "auto"
-                return render_motion(self.renderer, clip, target, instruction, queries, steps=steps, guidance=guidance, generator=gen,
-                                     callback=on_step)
+                video = render_motion(self.renderer, clip, target, instruction, queries, steps=steps, guidance=guidance, generator=gen,
+                                      callback=on_step)
             finally:
                 bar.close()
+            if c.uncover and target is not None and source_keypoints is not None:
+                video = uncover(video, clip, source_keypoints, target)
+            return video
         return self._render_hf(clip, instruction, plan, callback, gen)
 
     def _render_hf(self, clip: np.ndarray, instruction: str, plan: Any, callback: Callable | None, gen: torch.Generator) -> np.ndarray:
