@@ -122,3 +122,18 @@ def test_motion_leaves_fewer_dark_ghosts_of_the_source_limbs():
         after.append(err(fixed))
         assert np.array_equal(pipe(src, instruction, generator=0).video, fixed)  # the default does this
     assert np.mean(after) < 0.9 * np.mean(before), (before, after)
+
+
+def test_motion_raises_the_right_arm_when_asked():
+    """The shipped skeleton planner once held the right-side classes out of training and planned "raise the right
+    arm" as the left arm (p = 0.96); it now plans the right wrist above the right shoulder, the left one down."""
+    from pipelines.anymotion import AnyMotionPipeline
+
+    src, _, _ = _motion_item(0)
+    pipe = AnyMotionPipeline.build()
+    pipe.set_progress_bar_config(disable=True)
+    for instruction in ("make the person raise the right arm", "raise the right arm"):
+        out = pipe(src, instruction, generator=0, num_inference_steps=1)
+        assert out.fine_class == "raise_right_arm", (instruction, out.fine_class, out.reasoning)
+        kp = out.target_keypoints[len(src) // 2]  # mid-clip, the arm is up (COCO: 5/6 shoulders, 9/10 wrists; y grows down)
+        assert kp[10, 1] < kp[6, 1] and kp[9, 1] > kp[5, 1], kp[[5, 6, 9, 10]]

@@ -59,6 +59,9 @@ def action_parts(name: str) -> np.ndarray:
 class MotionDataConfig:
     size: int = 64
     num_frames: int = 36  # worldgen motion_edit's default: 3 s at 12 fps, the action over 75% of it
+    # False: TRAIN holds every class (what a shipped model needs: "raise the right arm" must be known);
+    # True: no TRAIN target is in HELD_OUT (the open-vocabulary generalisation study)
+    hold_out: bool = True
 
 
 def _sample(split: str, seed: int, index: int, cfg: MotionDataConfig):
@@ -67,7 +70,10 @@ def _sample(split: str, seed: int, index: int, cfg: MotionDataConfig):
 
 
 def train_indices(seed: int, count: int, cfg: MotionDataConfig = MotionDataConfig()) -> list[int]:
-    """The first ``count`` TRAIN indices whose target action is not held out (cheap: no rendering)."""
+    """The first ``count`` TRAIN indices whose target action is not held out (cheap: no rendering);
+    every index when ``cfg.hold_out`` is False."""
+    if not cfg.hold_out:
+        return list(range(count))
     out, i = [], 0
     while len(out) < count:
         if _target_action(seed, i, cfg) not in HELD_OUT:
@@ -159,7 +165,8 @@ class MotionPool:
 
 
 def pool_path(split: str, seed: int, count: int, cfg: MotionDataConfig, cache_dir: str | Path) -> Path:
-    return Path(cache_dir) / f"motion_{split}_seed{seed}_n{count}_f{cfg.num_frames}_s{cfg.size}.npz"
+    every = "_all" if split == "train" and not cfg.hold_out else ""
+    return Path(cache_dir) / f"motion_{split}_seed{seed}_n{count}_f{cfg.num_frames}_s{cfg.size}{every}.npz"
 
 
 def load_motion_pool(split: str, seed: int, count: int, cfg: MotionDataConfig = MotionDataConfig(), *,

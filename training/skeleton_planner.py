@@ -66,7 +66,8 @@ class SkeletonPlannerRecipe:
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=2500, lr=1e-3, warmup=150, weight_decay=0.01, ema=0.998,
                                                                    eval_every=1250, ckpt_every=250, log_every=50, threads=1,
                                                                    eval_at_end=False))
-    data: MotionDataConfig = field(default_factory=MotionDataConfig)
+    # every class in TRAIN: a held-out "right" class was planned as its left mirror (issue 48)
+    data: MotionDataConfig = field(default_factory=lambda: MotionDataConfig(hold_out=False))
     pool: int = 3000
     batch: int = 32
     p_dataset_text: float = 0.3  # the dataset's own sentence; otherwise a paraphrase
@@ -244,7 +245,8 @@ def _row(label: str, m: dict) -> str:
 def card(recipe: SkeletonPlannerRecipe, ev: dict, out: Path) -> str:
     c, t = recipe.planner, recipe.train
     test = ev.get("test", {})
-    rows = [_row(f"{w}, {g}", test[w][g]) for w in ("dataset", "paraphrase") if w in test for g in ("seen", "held_out") if test[w][g]["items"]]
+    names = {"seen": "seen", "held_out": "held_out"} if recipe.data.hold_out else {"seen": "other classes", "held_out": "the five right-side classes"}
+    rows = [_row(f"{w}, {names[g]}", test[w][g]) for w in ("dataset", "paraphrase") if w in test for g in ("seen", "held_out") if test[w][g]["items"]]
     size_mb = (out / "model.safetensors").stat().st_size / 2**20 if (out / "model.safetensors").is_file() else 0.0
     return f"""# builtin-skeleton-planner
 
@@ -256,7 +258,8 @@ for the pose-guided renderer.
 
 ## Data and training
 - worldgen `motion_edit` TRAIN split, {recipe.pool} items ({recipe.data.num_frames} frames, {recipe.data.size}x{recipe.data.size},
-  levels 1-3 in turn), no item whose target is a held-out fine class (`training.motion_data.HELD_OUT`); source
+  levels 1-3 in turn), {"no item whose target is a held-out fine class (`training.motion_data.HELD_OUT`)" if recipe.data.hold_out
+  else "every fine class among the targets (the `held_out` rows below are the right-side mirror classes, trained on too)"}; source
   skeletons are the world's ground truth with jitter up to {recipe.jitter_px} px and {recipe.p_drop_joint:.0%} of joints dropped;
   instructions: the dataset's sentence ({recipe.p_dataset_text:.0%}) or a paraphrase (templates and synonyms), and
   {recipe.p_keep:.0%} "keep it as it is" instructions (target = source).
