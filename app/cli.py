@@ -64,9 +64,14 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = "*") -> argparse.ArgumentParser:
+    """The whole command line (``verb="*"``), or with only ``verb`` built in full and the other verbs that import
+    the pipelines (and torch) or the training code left as bare names: ``main`` passes the verb it is given, so
+    `atelier --help`, a light verb and its argument errors never import torch."""
+    from pipelines.registry import PIPELINE_HELP
+
     parser = argparse.ArgumentParser(
-        prog="atelier", usage="atelier [-h] VERB ...", description=DESCRIPTION.format(pipelines="\n".join(f"  {a.verb:10s} {a.help}" for a in _pipeline_apps().values())),
+        prog="atelier", usage="atelier [-h] VERB ...", description=DESCRIPTION.format(pipelines="\n".join(f"  {v:10s} {h}" for v, h in PIPELINE_HELP.items())),
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="verb", metavar="VERB", prog="atelier", help=argparse.SUPPRESS)  # the description lists them
@@ -75,8 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=_cmd_info)
 
-    for app in _pipeline_apps().values():
-        _add_pipeline_verb(sub, app)
+    for name, help_ in PIPELINE_HELP.items():
+        if verb in ("*", name):
+            from pipelines.registry import get_app
+
+            _add_pipeline_verb(sub, get_app(name))
+        else:
+            sub.add_parser(name, help=help_)
 
     video = sub.add_parser("video", help="video utilities (probe, sample, overlay)", description="Video utilities built on core.Video (decord/PyAV, real seeking, bounded memory).")
     vsub = video.add_subparsers(dest="tool", metavar="TOOL", required=True)
@@ -104,6 +114,41 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=_cmd_video_overlay)
 
+    if verb in ("*", "batch"):
+        _add_batch(sub)
+    else:
+        sub.add_parser("batch", help="run verbs over a JSONL manifest (resumable)")
+
+    p = sub.add_parser("serve", help="start the web demo (127.0.0.1)", description="Start the Gradio web demo on this machine only (loopback), never shared publicly; uploads are size- and length-limited.")
+    p.add_argument("--host", default="127.0.0.1", help="loopback interface to bind (default 127.0.0.1); another address also needs --allow-remote")
+    p.add_argument("--allow-remote", action="store_true", help="permit a non-loopback --host (the demo has no authentication)")
+    p.add_argument("--port", type=_port, default=7860, help="TCP port, 1-65535 (default 7860)")
+    p.add_argument("--max-video-seconds", type=float, default=600.0, metavar="SECONDS", help="reject longer uploads (above 0; default 600)")
+    p.add_argument("--max-file-size", default="500mb", help="upload size limit: 500mb, 2gb or a number of bytes (default 500mb)")
+    p.add_argument("--keep-files", type=float, default=60.0, metavar="MINUTES",
+                   help="delete uploads and served results older than this (default 60; checked every few minutes, all deleted when the server stops)")
+    p.add_argument("--vlm", action="append", default=[], metavar="PATH", help="also offer this VLM checkpoint (directory or HF cache id) in the web tabs; repeatable")
+    _add_common(p)
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("demo", help="run the showcase jobs, write a gallery", description="Run the showcase jobs on the bundled real clip (and the synthetic world) and write OUT/index.html.")
+    p.add_argument("-o", "--out", default="outputs/demo", help="output folder (default outputs/demo)")
+    p.add_argument("--video", help="video to use (default: ../shared/data/bigbuckbunny_clip/bigbuckbunny.mp4, else a synthetic clip)")
+    _add_common(p)
+    p.set_defaults(func=_cmd_demo)
+
+    if verb in ("*", "train"):
+        _add_train(sub)
+    else:
+        sub.add_parser("train", help="train a built-in model")
+
+    _add_worldgen(sub)
+    _add_score(sub)
+    _add_convert(sub)
+    return parser
+
+
+def _add_batch(sub) -> None:
     p = sub.add_parser(
         "batch",
         help="run verbs over a JSONL manifest (resumable)",
@@ -133,24 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=_cmd_batch)
 
-    p = sub.add_parser("serve", help="start the web demo (127.0.0.1)", description="Start the Gradio web demo on this machine only (loopback), never shared publicly; uploads are size- and length-limited.")
-    p.add_argument("--host", default="127.0.0.1", help="loopback interface to bind (default 127.0.0.1); another address also needs --allow-remote")
-    p.add_argument("--allow-remote", action="store_true", help="permit a non-loopback --host (the demo has no authentication)")
-    p.add_argument("--port", type=_port, default=7860, help="TCP port, 1-65535 (default 7860)")
-    p.add_argument("--max-video-seconds", type=float, default=600.0, metavar="SECONDS", help="reject longer uploads (above 0; default 600)")
-    p.add_argument("--max-file-size", default="500mb", help="upload size limit: 500mb, 2gb or a number of bytes (default 500mb)")
-    p.add_argument("--keep-files", type=float, default=60.0, metavar="MINUTES",
-                   help="delete uploads and served results older than this (default 60; checked every few minutes, all deleted when the server stops)")
-    p.add_argument("--vlm", action="append", default=[], metavar="PATH", help="also offer this VLM checkpoint (directory or HF cache id) in the web tabs; repeatable")
-    _add_common(p)
-    p.set_defaults(func=_cmd_serve)
 
-    p = sub.add_parser("demo", help="run the showcase jobs, write a gallery", description="Run the showcase jobs on the bundled real clip (and the synthetic world) and write OUT/index.html.")
-    p.add_argument("-o", "--out", default="outputs/demo", help="output folder (default outputs/demo)")
-    p.add_argument("--video", help="video to use (default: ../shared/data/bigbuckbunny_clip/bigbuckbunny.mp4, else a synthetic clip)")
-    _add_common(p)
-    p.set_defaults(func=_cmd_demo)
-
+def _add_train(sub) -> None:
     from training.common import training_time_help
 
     p = sub.add_parser("train", help="train a built-in model (vit, vlm, humor-sft, humor-rm, humor-rl, gelvr-sft, gelvr-rl)", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -185,11 +214,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=_cmd_train)
 
-    _add_worldgen(sub)
-    _add_score(sub)
-    _add_convert(sub)
-    return parser
-
 
 def _add_convert(sub) -> None:
     p = sub.add_parser("convert", help="official Bernini folder <-> our pipeline.json layout", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -206,12 +230,6 @@ def _add_convert(sub) -> None:
     _add_overwrite(p)
     _add_common(p)
     p.set_defaults(func=_cmd_convert)
-
-
-def _pipeline_apps() -> dict:
-    from pipelines.registry import apps
-
-    return apps()
 
 
 def _add_pipeline_verb(sub, app) -> None:
@@ -410,6 +428,8 @@ def _cmd_pipeline(args) -> int:
         from app.world_check import unlike_message
 
         print(f"atelier {app.verb}: note: {unlike_message(summary)}", file=sys.stderr)
+    if summary.get("notice"):  # a pipeline's own word about this run (e.g. a topic its builtin writer cannot follow)
+        print(f"atelier {app.verb}: note: {summary['notice']}", file=sys.stderr)
     _emit(args, summary, app.format(summary))
     return 0
 
@@ -629,7 +649,8 @@ def _cmd_score_pose(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

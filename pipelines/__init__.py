@@ -40,7 +40,17 @@ Modules (moved from the table of docs/ARCHITECTURE.md):
   over the image and the zoom; `app.py` its `PipelineApp`, verb `reason`, the web tab's slot slider)
 """
 
-from pipelines.base import Pipeline, PipelineConfig, PipelineOutput
-from pipelines.gridprobe import GridProbeConfig, GridProbeOutput, GridProbePipeline
+import importlib
 
-__all__ = ["Pipeline", "PipelineConfig", "PipelineOutput", "GridProbePipeline", "GridProbeConfig", "GridProbeOutput"]
+# imported on first use (PEP 562): `atelier --help` reads the registry without importing torch
+_LAZY = {"Pipeline": "pipelines.base", "PipelineConfig": "pipelines.base", "PipelineOutput": "pipelines.base",
+         "GridProbePipeline": "pipelines.gridprobe", "GridProbeConfig": "pipelines.gridprobe", "GridProbeOutput": "pipelines.gridprobe"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'pipelines' has no attribute {name!r}")
+
+
+__all__ = list(_LAZY)

@@ -35,6 +35,18 @@ PIPELINE_APPS: dict[str, str] = {
     "reason": "pipelines.latent_reasoning.app:APP",
 }
 
+# verb -> its one-line help, as the app says it (a test keeps them equal): `atelier --help` lists the verbs
+# without importing a pipeline (and torch)
+PIPELINE_HELP: dict[str, str] = {
+    "ask": "answer a multiple-choice question about a video (GridProbe)",
+    "segment": "segment the object a query describes, through the whole video (CLEAR)",
+    "generate": "generate a video (or an image) from a prompt, optionally from a first frame or reference images (Bernini)",
+    "edit": "edit a video by instruction, optionally guided by reference images (Bernini v2v / rv2v)",
+    "motion": "edit a person's motion in a clip by instruction: reason, plan the target skeleton, render it (AnyMotion)",
+    "meme": "write memes for a template image by multi-path reasoning, ranked by a pairwise reward model (HUMOR)",
+    "reason": "answer a multiple-choice question about a large image after K latent reasoning slots (GeLVR)",
+}
+
 INPUT_KINDS = ("video", "image", "images", "text", "texts")
 
 
