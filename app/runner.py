@@ -54,6 +54,7 @@ def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | Non
     """Run ``app`` on ``args``; with ``out_dir``, save the output there (a file atelier did not write is
     replaced only with ``overwrite``). Returns ``(output, summary)``."""
     from core.outputs import check_folder
+    from core.threads import choose_threads, use_threads
     from pipelines.base import make_generator
 
     inputs, config, components, options = app.split_args(args)
@@ -67,11 +68,15 @@ def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | Non
         world = check_inputs(app, inputs) or {}
     pipe = build(app, components, options, config)
     pipe.set_progress_bar_config(disable=not options.get("progress", True))
+    threads = use_threads(choose_threads(options.get("threads"), pipe.components))
     out = app.run(pipe, inputs, generator=generator, callback=callback)
+    if isinstance(out.config, dict):
+        out.config["threads"] = threads  # recorded with the settings (config.json): speed depends on it
     empty = app.nothing(out) if app.nothing else None
     if empty:
         raise EmptyResultError(f"{app.verb} produced nothing: {empty}")
     summary = app.summarize(out)
+    summary["threads"] = threads
     if world is not None:  # the builtin models ran: say whether the input looks like their world
         summary.update(builtin_models=True, **world)
     if out_dir is not None:

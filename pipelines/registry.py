@@ -224,7 +224,7 @@ class PipelineApp:
 
 
 # options every pipeline verb takes besides its inputs, settings and components
-RUN_OPTIONS = ("pipeline", "device", "dtype", "seed", "progress", "trust_remote_code")
+RUN_OPTIONS = ("pipeline", "device", "dtype", "seed", "threads", "progress", "trust_remote_code")
 BOOL_RUN_OPTIONS = ("progress", "trust_remote_code")
 TEXT_RUN_OPTIONS = ("pipeline", "device", "dtype")
 
@@ -235,6 +235,10 @@ def parse_run_option(key: str, value: Any) -> Any:
     generator is made. None keeps the default."""
     if value is None:
         return None
+    if key == "threads":
+        from core.threads import check_threads
+
+        return check_threads(value)
     if key in BOOL_RUN_OPTIONS:
         return parse_bool(key, value)
     if key in TEXT_RUN_OPTIONS and not isinstance(value, (str, os.PathLike) if key == "pipeline" else str):
