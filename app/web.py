@@ -429,6 +429,8 @@ def run_in_web(app, settings: WebSettings, values: tuple, callback: Callable | N
         out, summary = run_app(app, args, callback=callback)
         if summary.get("unlike_builtin_world"):
             gr.Warning(f"The builtin models ran on this input, and {unlike_message(summary)}.")
+        if summary.get("notice"):
+            gr.Warning(summary["notice"][0].upper() + summary["notice"][1:] + ".")
         return app.web_present(out, summary)
     except PipelineInterrupted:
         raise

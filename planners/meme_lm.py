@@ -88,6 +88,39 @@ def check_topic(topic: Any) -> str | None:
     return " ".join(topic.split())
 
 
+# words a topic match ignores (a topic "the exams" is about exams, not "the")
+_TOPIC_STOP = frozenset("the and for with you your my our from that this what when who why how are was were its".split())
+# [PROPOSED] how many of the writer's known topics an out-of-world notice names
+NOTICE_EXAMPLES = 6
+
+
+def singular(word: str) -> str:
+    """A crude singular of an English word, for topic matching (``mondays`` -> ``monday``, ``responsibilities`` ->
+    ``responsibility``; ``boss`` stays) [PROPOSED]."""
+    w = word.lower()
+    if len(w) > 4 and w.endswith("ies"):
+        return w[:-3] + "y"
+    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        return w[:-1]
+    return w
+
+
+def topic_terms(text: str) -> set[str]:
+    """The content words of ``text`` (letters only, three or more, a few function words left out), singular."""
+    import re
+
+    return {singular(w) for w in re.findall(r"[a-z]+", text.lower()) if len(w) > 2 and w not in _TOPIC_STOP}
+
+
+def mentions_topic(topic: str | None, boxes: Any) -> bool:
+    """Whether a caption (box texts, or one text) shares a word with ``topic``: case-insensitive, singular and
+    plural alike (``topic_terms``). False without a topic."""
+    if not topic:
+        return False
+    text = boxes if isinstance(boxes, str) else " ".join(boxes)
+    return bool(topic_terms(topic) & topic_terms(text))
+
+
 def _check_image(image: Any) -> np.ndarray:
     if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[-1] != 3:
         raise InputError("image", getattr(image, "shape", type(image).__name__), "pass an RGB uint8 (H, W, 3) image")
@@ -132,12 +165,15 @@ def sample_texts(model, tokenizer, prompts: list[str], n: int, seed: int | None,
 class BuiltinMemeWriter:
     """The builtin writer: perception text from the builtin VLM, then a small causal LM (module docstring). With
     ``name_slots`` the LM names objects by slot (``<o1>`` = the first object the perception lists) and ``write``
-    fills the slots in [PROPOSED] (``planners.meme_perception.to_name_slots``)."""
+    fills the slots in [PROPOSED] (``planners.meme_perception.to_name_slots``). ``topics``: the topic words its
+    training captions held (saved beside its weights; None when unknown): a topic sharing none of them gets a
+    notice (``topic_notice``), since this writer can only use the words of its world."""
 
-    def __init__(self, model, tokenizer, vlm=None, name_slots: bool = False):
+    def __init__(self, model, tokenizer, vlm=None, name_slots: bool = False, topics: Any = None):
         self.model, self.tokenizer = model.eval(), tokenizer
         self._vlm = vlm
         self.name_slots = bool(name_slots)
+        self.topics = None if topics is None else [str(t) for t in topics]
 
     @property
     def vlm(self):
@@ -171,15 +207,31 @@ class BuiltinMemeWriter:
             raise MediaError(path, "not a builtin meme writer folder", "pass a folder written by BuiltinMemeWriter.save_pretrained "
                                                                       "(e.g. `atelier train humor-sft`), or 'builtin'")
         model = LlamaForCausalLM.from_pretrained(path, use_safetensors=True).to(select_device(device))
-        return cls(model, AutoTokenizer.from_pretrained(path), name_slots=writer_uses_name_slots(path))
+        return cls(model, AutoTokenizer.from_pretrained(path), name_slots=writer_uses_name_slots(path), topics=writer_topics(path))
 
     def save_pretrained(self, path: str | Path, metadata: dict | None = None) -> Path:
         path = Path(path)
         self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
+        known = {} if self.topics is None else {"topics": self.topics}
         (path / MARKER).write_text(json.dumps({"kind": "builtin_meme_writer", "perception": "builtin_vlm", "name_slots": self.name_slots,
-                                               **(metadata or {})}, indent=1))
+                                               **known, **(metadata or {})}, indent=1))
         return path
+
+    def topic_notice(self, topic: str | None) -> str | None:
+        """One line for a topic outside this writer's world (it shares no word with ``topics``, singular and plural
+        alike), else None: the builtin writer can only use its world's words, so its memes will not follow it."""
+        topic = check_topic(topic)
+        if topic is None or not self.topics:
+            return None
+        known = {singular(t) for t in self.topics}
+        if topic_terms(topic) & known:
+            return None
+        long = [t for t in self.topics if len(t) >= 5] or self.topics  # spread over the list (most common first)
+        examples = ", ".join(dict.fromkeys(long[i * len(long) // NOTICE_EXAMPLES] for i in range(min(NOTICE_EXAMPLES, len(long)))))
+        return (f"the builtin meme writer knows only the words of its synthetic meme world, and the topic {topic!r} is not "
+                f"among them, so its memes will not follow it (topics it knows: {examples}, ...); a real writer "
+                f"(--writer with a VLM checkpoint) follows any topic")
 
     def perceive(self, image: np.ndarray) -> str:
         from planners.meme_perception import perceive
@@ -198,6 +250,15 @@ class BuiltinMemeWriter:
             names = listed_names(perception)
             texts = [fill_name_slots(t, names) for t in texts]
         return texts
+
+
+def writer_topics(path: str | Path) -> list[str] | None:
+    """The topic words the builtin writer saved in ``path`` knows (its marker file's ``topics``), None if unsaid."""
+    try:
+        topics = json.loads((Path(path) / MARKER).read_text()).get("topics")
+    except (OSError, ValueError):
+        return None
+    return [str(t) for t in topics] if isinstance(topics, list) else None
 
 
 def writer_uses_name_slots(path: str | Path) -> bool:

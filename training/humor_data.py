@@ -236,6 +236,21 @@ def topic_words(caption: tuple[str, str], names: dict[str, str]) -> list[str]:
     return [w for w in dict.fromkeys(words) if len(w) > 2 and w not in _STOP and w not in scene and w.isalpha()]
 
 
+def scene_topics(scene: MemeScene) -> list[str]:
+    """Every ``topic_words`` of the scene's candidate captions, in caption order, once each."""
+    return list(dict.fromkeys(w for c in scene.candidates for w in topic_words(c, scene.names)))
+
+
+def known_topics(scenes: list[MemeScene]) -> list[str]:
+    """The topic words a writer trained on ``scenes`` has seen (``topic_words`` over their candidate captions), most
+    common first (ties alphabetical), so a notice's first few examples are the words it saw most."""
+    counts: dict[str, int] = {}
+    for s in scenes:
+        for w in scene_topics(s):
+            counts[w] = counts.get(w, 0) + 1
+    return sorted(counts, key=lambda w: (-counts[w], w))
+
+
 def trace(scene: MemeScene, gt: int, others: list[int], num_paths: int = 3, topic: str | None = None,
           rng: np.random.Generator | None = None) -> str:
     """The SFT target: the meme CoT whose anchored path leads to candidate ``gt`` (``others``: the other paths'

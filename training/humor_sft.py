@@ -71,13 +71,14 @@ def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), base: str | None
     from trl import SFTTrainer
 
     from planners.meme_lm import BuiltinMemeWriter, new_meme_lm, train_tokenizer
-    from training.humor_data import load_scenes, sft_corpus
+    from training.humor_data import known_topics, load_scenes, sft_corpus
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "train_config.json", {"model": KIND, "recipe": asdict(recipe)})
     t0 = time.perf_counter()
-    rows = sft_corpus(load_scenes("train", recipe.scenes), recipe.per_scene, seed=recipe.seed, name_slots=recipe.name_slots)
+    scenes = load_scenes("train", recipe.scenes)
+    rows = sft_corpus(scenes, recipe.per_scene, seed=recipe.seed, name_slots=recipe.name_slots)
     tok_dir = out / "run" / "tokenizer"
     if base is not None:
         tokenizer, model = AutoTokenizer.from_pretrained(base), AutoModelForCausalLM.from_pretrained(base)
@@ -100,7 +101,9 @@ def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), base: str | None
              "train_minutes": round(minutes, 2), "final_loss": history[-1]["loss"] if history else None,
              "loss_curve": [(h["step"], h["loss"]) for h in history], "base": base or "from scratch",
              "parameters": sum(p.numel() for p in model.parameters())}
-    BuiltinMemeWriter(trainer.model.cpu(), tokenizer, name_slots=recipe.name_slots).save_pretrained(out, {"stage": "sft", "steps": trainer.state.global_step})
+    # the topic words its captions held: the pipeline tells a user whose topic shares none of them
+    BuiltinMemeWriter(trainer.model.cpu(), tokenizer, name_slots=recipe.name_slots, topics=known_topics(scenes)).save_pretrained(
+        out, {"stage": "sft", "steps": trainer.state.global_step})
     write_json_atomic(out / "train_summary.json", facts)
     return facts
 

@@ -80,7 +80,8 @@ class HumorConfig(PipelineConfig):
 class HumorOutput(PipelineOutput):
     """Ranked memes, best first: ``memes`` (rendered RGB uint8), ``captions`` (box texts), ``rewards`` (mean pairwise
     preference over the group), ``scores`` (the ranking's: Borda 1 - rank / n, or BT strengths), ``cots`` (per meme:
-    intent, every reasoning path, the anchored one, Step 1 / Step 2, the raw text), and what was rejected."""
+    intent, every reasoning path, the anchored one, Step 1 / Step 2, the raw text), and what was rejected. ``notice``:
+    one line when the writer cannot follow the topic (the builtin writer knows only its world's words), else None."""
 
     topic: str | None
     message: str
@@ -95,6 +96,7 @@ class HumorOutput(PipelineOutput):
     seconds: dict
     image: np.ndarray = output_field("image")
     memes: list = output_field("none", default_factory=list)
+    notice: str | None = None
 
     def gallery(self, columns: int = 4) -> np.ndarray:
         from pipelines.humor.viz import gallery
@@ -115,7 +117,7 @@ class HumorOutput(PipelineOutput):
                            "anchored_path": (cot["anchor"] + 1) if cot.get("anchor") is not None else None,
                            "paths": [f"({p['context']}) {p['text']}" for p in cot.get("paths", [])]}
                           for k, (c, r, s, cot) in enumerate(zip(self.captions, self.rewards, self.scores, self.cots))],
-                "rejected": len(self.rejected), "seed": self.seed,
+                "rejected": len(self.rejected), "notice": self.notice, "seed": self.seed,
                 "seconds": {k: round(float(v), 3) for k, v in self.seconds.items()}, "config": self.config}
 
     def __str__(self) -> str:
@@ -244,6 +246,8 @@ class HumorPipeline(Pipeline):
         gen, seed = generator_and_seed(generator)
         topic = check_topic(topic)
         image = read_still(image)
+        # a writer that knows which topics it can follow says when this one is not among them (the builtin one)
+        notice = self.writer.topic_notice(topic) if topic is not None and hasattr(self.writer, "topic_notice") else None
         t_in = time.perf_counter()
         items, rejected, rounds = self._write(image, topic, gen, callback_on_step_end)
         t_write = time.perf_counter()
@@ -265,5 +269,5 @@ class HumorPipeline(Pipeline):
                           cots=[{k: v for k, v in it.items() if k != "boxes"} for it in ranked],
                           intent=ranked[0]["intent"] if ranked else "", num_paths=self.config.num_paths, rejected=rejected, seed=seed,
                           seconds={"inputs": t_in - t0, "write": t_write - t_in, "rank_render": t_end - t_write, "total": t_end - t0},
-                          image=image, memes=memes, config={**dataclasses.asdict(self.config)})
+                          image=image, memes=memes, notice=notice, config={**dataclasses.asdict(self.config)})
         return out.convert(output_type)
