@@ -60,7 +60,9 @@ from torch import nn
 
 from core.errors import InputError
 from core.weights_io import load_state_dict, read_model_config, save_model_folder
-from renderers import flow, rope
+from diffusers.models.cache_utils import CacheMixin
+
+from renderers import caching, flow, rope
 from renderers.guidance import Branch, CascadeGuidance, GuidanceScales
 
 logger = logging.getLogger(__name__)
@@ -373,7 +375,10 @@ class Block(nn.Module):
     def n_mod(self) -> int:
         return 9 if self.factorised else 6
 
-    def forward(self, x: torch.Tensor, mod: torch.Tensor, text: torch.Tensor, text_mask: torch.Tensor, lay: _Layout) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, mod: torch.Tensor, text: torch.Tensor, text_mask: torch.Tensor,
+                lay: _Layout) -> torch.Tensor:
+        # the name diffusers' cache hooks read the block's input by (renderers.caching)
+        x = hidden_states
         m = (mod[:, : self.n_mod] + self.table).unbind(1)  # each (B, D)
         h = _modulate(self.norm_a(x), m[0], m[1])
         x = x + m[2][:, None] * (self._spatial(h, lay) if self.factorised else self._full(h, lay))
@@ -436,6 +441,17 @@ class Block(nn.Module):
         return out
 
 
+def _register_block_for_cache_hooks() -> None:
+    """Tell diffusers' cache hooks how ``Block`` is called: the hidden states in, the hidden states out (as Wan's block)."""
+    from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
+
+    TransformerBlockRegistry.register(Block, TransformerBlockMetadata(return_hidden_states_index=0,
+                                                                      return_encoder_hidden_states_index=None))
+
+
+_register_block_for_cache_hooks()
+
+
 def timestep_embedding(sigma: torch.Tensor, dim: int = 256, max_period: float = 10000.0) -> torch.Tensor:
     """Sinusoidal embedding of the timestep ``1000 * sigma`` (the DiT / Wan convention), ``(B, dim)``."""
     t = flow.sigmas_to_timesteps(sigma.float())
@@ -469,8 +485,12 @@ class _ConvDraft(nn.Module):
         return self.out(self.ups(self.inp(grid)))
 
 
-class BuiltinRenderer(nn.Module):
-    """Bernini's builtin renderer (see the module docstring). ``generate`` returns uint8 frames."""
+class BuiltinRenderer(CacheMixin, nn.Module):
+    """Bernini's builtin renderer (see the module docstring). ``generate`` returns uint8 frames.
+
+    ``CacheMixin`` (diffusers): the same step-cache hooks as the Wan DiT (``enable_cache``, ``cache_context``;
+    ``generate(cache=...)``, ``renderers.caching``).
+    """
 
     backend = "builtin"
     plan_input = "tokens"  # it decodes the planner's ViT tokens, spatially aligned
@@ -507,6 +527,7 @@ class BuiltinRenderer(nn.Module):
         self.head = nn.Linear(d, c.patch_values)
         self._init_weights()
         self._text_encoder = None
+        self.mag_ratios: dict[str, list[float]] | None = None  # MagCache's, from calibrate_mag_cache (not saved)
 
     def _init_weights(self) -> None:
         for m in self.modules():
@@ -908,7 +929,8 @@ class BuiltinRenderer(nn.Module):
                  width: int | None = None, steps: int | None = None, guidance: GuidanceScales | str | None = "auto",
                  shift: float | None = None, generator: torch.Generator | int | None = None,
                  callback: StepInfoCallback | None = None, output_type: Literal["np", "tokens"] = "np",
-                 pose: np.ndarray | torch.Tensor | None = None, queries: np.ndarray | torch.Tensor | None = None) -> np.ndarray | torch.Tensor:
+                 pose: np.ndarray | torch.Tensor | None = None, queries: np.ndarray | torch.Tensor | None = None,
+                 cache: caching.CacheSettings | str | None = None) -> np.ndarray | torch.Tensor:
         """Render one clip: check -> encode -> noise -> guided Euler sampling -> frames.
 
         ``plan``: builtin-ViT patch tokens of the target ``(T', H/8, W/8, 192)`` (``(T', N, 192)`` too) on
@@ -923,9 +945,12 @@ class BuiltinRenderer(nn.Module):
         ``generator`` alone. Returns uint8 ``(num_frames, height, width, 3)``, or tokens ``(1, F, N, P)``.
         Pose-guided mode (``pose_channels`` / ``query_dim`` set): ``pose`` float ``(num_frames, H, W,
         pose_channels)`` maps of the target skeleton (``core.skeleton.pose_maps``), ``queries`` MetaQuery
-        states ``(Nq, query_dim)``.
+        states ``(Nq, query_dim)``. ``cache``: step caching through diffusers' hooks (``renderers.caching``:
+        "none", "first_block", "mag", "taylorseer" or a ``CacheSettings``); each branch then runs alone, in its
+        own cache context, instead of batched with the branches that pack the same sources.
         """
         c = self.config
+        cache_settings = caching.as_settings(cache)
         height = self._check_size("height", c.image_size if height is None else height)
         width = self._check_size("width", c.image_size if width is None else width)
         if num_frames is not None and (not isinstance(num_frames, numbers.Integral) or isinstance(num_frames, bool) or num_frames < 1):
@@ -950,8 +975,10 @@ class BuiltinRenderer(nn.Module):
         p = c.patch
         video_t = None if video is None else patchify(frames_to_tensor(video), p)[None]
         refs_t = None if not refs else patchify(frames_to_tensor(np.stack(refs)), p)[None]
-        groups = [(names, cond.to(self.device)) for names, cond in
-                  self._branch_groups(branches, plan_t, text_t, text_mask, video_t, refs_t, source_id, ref_ids, pose_t, queries_t)]
+        # cached: one branch a forward, so each reads and writes only its own cache context
+        sets = [[br] for br in branches] if cache_settings is not None else [list(branches)]
+        groups = [(names, cond.to(self.device)) for subset in sets for names, cond in
+                  self._branch_groups(subset, plan_t, text_t, text_mask, video_t, refs_t, source_id, ref_ids, pose_t, queries_t)]
         n = (height // p) * (width // p)
         noise = flow.initial_noise((1, frames, n, c.patch_values), gen, device=self.device)
         scheduler = flow.make_scheduler("euler", c.sample_shift if shift is None else shift)
@@ -962,7 +989,8 @@ class BuiltinRenderer(nn.Module):
             for names, cond in groups:
                 k = len(names)
                 xs, sig = x.expand(k, -1, -1, -1), sigma.to(self.device).reshape(1).expand(k)
-                v = self.velocity(self(xs, sig, cond, grid=(height // p, width // p)), xs, sig)
+                with caching.branch_context(self, "+".join(names)):
+                    v = self.velocity(self(xs, sig, cond, grid=(height // p, width // p)), xs, sig)
                 preds.update(zip(names, v.chunk(k)))
             vel = guide.combine(preds) if guide is not None else preds["cond"]
             state["denoised"] = x - sigma.to(x) * vel
@@ -973,10 +1001,21 @@ class BuiltinRenderer(nn.Module):
                 return callback(i, {"timestep": float(t), "sigma": float(scheduler.sigmas[i]), "latents": x, "denoised": state["denoised"]})
             return None
 
-        tokens = flow.sample_flow(velocity_fn, noise, scheduler, int(steps), generator=gen, callback=on_step)
+        with caching.enabled({"model": (self, int(steps))}, cache_settings, head="head", mag_ratios=self.mag_ratios) as run:
+            tokens = flow.sample_flow(velocity_fn, noise, scheduler, int(steps), generator=gen, callback=on_step)
+            if cache_settings is not None and cache_settings.calibrate:
+                self.mag_ratios = run.calibration()
         if output_type == "tokens":
             return tokens
         return tensor_to_frames(unpatchify(tokens[0], p, height, width))
+
+    def calibrate_mag_cache(self, *args: Any, **kwargs: Any) -> dict[str, list[float]]:
+        """MagCache's ratios from diffusers' calibration mode: one uncached ``generate(*args, **kwargs)``; kept in
+        ``mag_ratios`` (in memory only) and returned, ``{"model": [ratio per step]}``."""
+        if "cache" in kwargs:
+            raise InputError("cache", kwargs["cache"], "calibrate_mag_cache chooses the cache itself; leave it out")
+        self.generate(*args, **kwargs, cache=caching.CacheSettings("mag", calibrate=True))
+        return self.mag_ratios
 
     def decode_tokens(self, tokens: torch.Tensor, height: int | None = None, width: int | None = None) -> np.ndarray:
         """Pixel-patch tokens ``(F, N, P)`` (e.g. a callback's ``denoised[0]``) -> uint8 frames."""

@@ -45,7 +45,7 @@ from diffusers import (
 
 from core.device import select_device, select_dtype
 from core.errors import InputError
-from renderers import flow, rope
+from renderers import caching, flow, rope
 from renderers.guidance import APG, Branch, CascadeGuidance, GuidanceScales, ModeGuidance
 
 logger = logging.getLogger(__name__)
@@ -589,7 +589,7 @@ class WanRenderer:
         return self._forward(expert or self.expert(timestep), latents, timestep, context, segments)
 
     def _forward(self, expert: str, latents: torch.Tensor, timestep: torch.Tensor | float, context: torch.Tensor,
-                 segments: Sequence[Segment]) -> torch.Tensor:
+                 segments: Sequence[Segment], branch: str = "cond") -> torch.Tensor:
         name = "transformer_2" if expert == "low" and self.transformer_2 is not None else "transformer"
         self._onload(name)
         module = getattr(self, name)
@@ -598,7 +598,8 @@ class WanRenderer:
         srcs = [(s.latents.to(dev).expand(b, -1, -1, -1, -1), s.segment_id) for s in segments]
         ctx = context.to(dev).expand(b, -1, -1)
         t = torch.as_tensor(timestep, device=dev)
-        return packed_forward(module, latents.to(dev), t, ctx, srcs).float()
+        with caching.branch_context(module, branch):  # a step cache keys its state by the branch (renderers.caching)
+            return packed_forward(module, latents.to(dev), t, ctx, srcs).float()
 
     # ---- guided sampling
 
@@ -653,7 +654,7 @@ class WanRenderer:
             n = len(branches)
             ctx = torch.cat([contexts[br.context].expand(x.shape[0], -1, -1) for br in branches])
             segs = self._branch_sources(branches[0].latents, segments)
-            out = self._forward(expert, x.repeat(n, 1, 1, 1, 1), t, ctx, segs)
+            out = self._forward(expert, x.repeat(n, 1, 1, 1, 1), t, ctx, segs, "+".join(br.name for br in branches))
             preds.update({br.name: o for br, o in zip(branches, out.chunk(n))})
         if isinstance(guide, ModeGuidance) and guide.needs_sample:
             return guide.combine(preds, sample=x, sigma=sigma)
@@ -670,16 +671,37 @@ class WanRenderer:
         key = "flow_shift" if isinstance(self.scheduler, UniPCMultistepScheduler) else "shift"
         return type(self.scheduler).from_config(cfg, **{key: float(flow_shift)})
 
+    # ---- step caching (renderers.caching)
+
+    @property
+    def mag_ratios(self) -> dict[str, list[float]] | None:
+        """MagCache's calibrated ratios per expert (``config.json``'s ``mag_ratios``), None before calibration."""
+        return self.config.extra.get("mag_ratios")
+
+    def _set_mag_ratios(self, ratios: dict[str, list[float]], steps: int) -> None:
+        extra = {**self.config.extra, "mag_ratios": ratios, "mag_calibration_steps": int(steps)}
+        self.config = replace(self.config, extra=extra)
+
+    def calibrate_mag_cache(self, *args: Any, **kwargs: Any) -> dict[str, list[float]]:
+        """Measure MagCache's ratios with diffusers' calibration mode: one uncached ``generate(*args, **kwargs)``
+        (use the step count and shift you will sample with); kept in ``config`` (``save_pretrained`` writes them)
+        and returned, ``{expert: [ratio per step of that expert]}``."""
+        if "cache" in kwargs:
+            raise InputError("cache", kwargs["cache"], "calibrate_mag_cache chooses the cache itself; leave it out")
+        self.generate(*args, **kwargs, cache=caching.CacheSettings("mag", calibrate=True))
+        return self.mag_ratios
+
     @torch.no_grad()
     def generate(self, prompt: str | None = None, *, negative_prompt: str = "",
                  text_embeds: torch.Tensor | None = None, negative_text_embeds: torch.Tensor | None = None,
                  sources: Sequence[np.ndarray] = (), plan: PlanContexts | None = None,
                  height: int = 480, width: int = 832, num_frames: int = 81, num_inference_steps: int = 40,
                  guidance: GuidanceScales | None = DEFAULT_GUIDANCE, apg: APG | None = None,
-                 flow_shift: float | None = 5.0, batch_branches: bool = True, guidance_mode: str = "cascade",
+                 flow_shift: float | None = 5.0, batch_branches: bool | None = None, guidance_mode: str = "cascade",
                  system_prompt: str | None = None, context_min_length: int = 512,
                  generator: torch.Generator | int | None = None, callback: StepInfoCallback | None = None,
-                 output_type: Literal["np", "latent"] = "np") -> np.ndarray | torch.Tensor:
+                 output_type: Literal["np", "latent"] = "np",
+                 cache: caching.CacheSettings | str | None = None) -> np.ndarray | torch.Tensor:
         """Render one clip: check -> encode -> noise -> guided flow sampling -> decode (spec b.5, b.8).
 
         ``sources``: videos ``(T, H, W, 3)`` / images ``(H, W, 3)`` uint8 in conversation order (v2v: one
@@ -692,9 +714,17 @@ class WanRenderer:
         ``context_min_length``: see ``_contexts`` (with a plan only).
         With two experts the scales are multiplied by ``omega_scale`` once at the switch.
         ``callback(step, info)`` gets ``timestep``, ``expert`` and ``latents`` after each step.
+        ``cache``: step caching through diffusers' hooks (``renderers.caching``: "none", "first_block", "mag",
+        "taylorseer" or a ``CacheSettings``); each guidance branch then runs alone in its own cache context,
+        so ``batch_branches`` (None: batch when not caching) cannot be on with a cache (a warning, then off).
         Returns uint8 frames ``(num_frames, height, width, 3)``, or the latents for ``output_type="latent"``.
         """
         self.check_inputs(height, width, num_frames)
+        cache_settings = caching.as_settings(cache)
+        if cache_settings is not None and batch_branches:
+            logger.warning("batch_branches=True with cache=%r: each guidance branch runs alone in its own cache "
+                           "context, so the branches are not batched", cache_settings.mode)
+        batch_branches = cache_settings is None and batch_branches is not False
         if guidance is not None and not isinstance(guidance, GuidanceScales):
             raise InputError("guidance", guidance, "pass a renderers.guidance.GuidanceScales or None")
         if output_type not in ("np", "latent"):
@@ -748,8 +778,18 @@ class WanRenderer:
                 return callback(i, {"timestep": float(t), "expert": state["expert"], "latents": x})
             return None
 
-        latents = flow.sample_flow(velocity_fn, noise, scheduler, num_inference_steps, generator=generator,
-                                   callback=on_step)
+        experts = {"high": (self.transformer, 0), "low": (self.transformer_2, 0)}
+        if cache_settings is not None and _is_int(num_inference_steps) and num_inference_steps >= 1:
+            scheduler.set_timesteps(num_inference_steps, device=self.device)  # each expert's share of the steps
+            for t in scheduler.timesteps:
+                module, n = experts[self.expert(t)]
+                experts[self.expert(t)] = (module, n + 1)
+        with caching.enabled({k: v for k, v in experts.items() if v[0] is not None}, cache_settings,
+                             mag_ratios=self.mag_ratios) as run:
+            latents = flow.sample_flow(velocity_fn, noise, scheduler, num_inference_steps, generator=generator,
+                                       callback=on_step)
+            if cache_settings is not None and cache_settings.calibrate:
+                self._set_mag_ratios(run.calibration(), num_inference_steps)
         if output_type == "latent":
             return latents
         return self.decode_latents(latents)

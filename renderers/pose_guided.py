@@ -34,10 +34,10 @@ def windows(num_frames: int, window: int) -> list[tuple[int, int]]:
 def render_motion(renderer: Any, source: np.ndarray, target_keypoints: np.ndarray | None, text: str | None,
                   queries: torch.Tensor | np.ndarray | None = None, *, steps: int | None = None, guidance: Any = "auto",
                   generator: torch.Generator | int | None = None, window: int | None = None,
-                  callback: Callable[[int, dict], None] | None = None) -> np.ndarray:
+                  callback: Callable[[int, dict], None] | None = None, cache: Any = None) -> np.ndarray:
     """Render the edited clip: ``source`` uint8 ``(T, H, W, 3)``, ``target_keypoints`` ``(T, 17, 3)`` pixels (None: no
     skeleton, the direct-editing ablation). Returns uint8 ``(T, H, W, 3)``. ``callback(step, info)`` as the
-    renderer's, with ``info["window"]`` = ``(start, stop)`` added."""
+    renderer's, with ``info["window"]`` = ``(start, stop)`` added; ``cache`` the renderer's step cache, per window."""
     c = renderer.config
     if c.pose_channels != POSE_MAP_CHANNELS:
         raise InputError("renderer", f"pose_channels={c.pose_channels}", f"use a pose-guided renderer ({POSE_MAP_CHANNELS} pose channels)")
@@ -58,7 +58,7 @@ def render_motion(renderer: Any, source: np.ndarray, target_keypoints: np.ndarra
 
         out[a:b] = renderer.generate(None, text, sources=[source[a:b]], num_frames=b - a, height=h, width=w, steps=steps,
                                      guidance=guidance, generator=gen, callback=cb, pose=None if maps is None else maps[a:b],
-                                     queries=queries)
+                                     queries=queries, **({"cache": cache} if cache is not None else {}))
     return out
 
 
