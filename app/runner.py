@@ -70,7 +70,7 @@ def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | Non
     pipe.set_progress_bar_config(disable=not options.get("progress", True))
     threads = use_threads(choose_threads(options.get("threads"), pipe.components))
     out = app.run(pipe, inputs, generator=generator, callback=callback)
-    if isinstance(out.config, dict):
+    if isinstance(getattr(out, "config", None), dict):
         out.config["threads"] = threads  # recorded with the settings (config.json): speed depends on it
     empty = app.nothing(out) if app.nothing else None
     if empty:

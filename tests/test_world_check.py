@@ -60,7 +60,6 @@ def test_a_run_that_produces_nothing_is_a_failure(media, monkeypatch, capsys):
     import dataclasses
     from types import SimpleNamespace
 
-    import app.cli
     import pipelines.registry as registry
     from app.runner import EmptyResultError, run_app
 
@@ -69,6 +68,5 @@ def test_a_run_that_produces_nothing_is_a_failure(media, monkeypatch, capsys):
     with pytest.raises(EmptyResultError, match="no readable meme"):
         run_app(empty, valid_args(empty, good_media(empty, media)))
     monkeypatch.setattr(registry, "apps", lambda: {**apps(), "meme": empty})
-    monkeypatch.setattr(app.cli, "_pipeline_apps", lambda: {**apps(), "meme": empty})
     code, err = run_cli(to_argv(empty, valid_args(empty, good_media(empty, media))), capsys)
     assert code == 1 and "produced nothing: no readable meme" in err and "Traceback" not in err, err
