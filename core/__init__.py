@@ -28,5 +28,7 @@ Modules (moved from the table of docs/ARCHITECTURE.md):
 - `images.py`: the one checked image opener: PIL's pixel limit as a clean error
 - `shards.py`: sharded safetensors read one tensor at a time (index + shards), strict fills naming any missing,
   unexpected or misshapen key, and the HF sharded layout written back
+- `threads.py`: torch's thread count for a run: 1 for small models (measured faster), `--threads` /
+  `$ATELIER_THREADS` over it
 - `errors.py`: typed errors naming the input
 """

@@ -11,7 +11,8 @@ Modules (moved from the table of docs/ARCHITECTURE.md):
   spans the video), `encode_images`, `flops`; `mcq_posterior`, the multiple-choice posterior of any backend
   over `score`; letter scoring over surface forms; MCQ prompts
 - `hf.py`: `HFVisionLanguageModel` for Qwen2/2.5/3-VL, SmolVLM, Idefics3
-- `builtin/`: the builtin backend: `text.py` frozen MiniLM sentence/token encoder, `vit.py` `BuiltinViT` whose
+- `builtin/`: the builtin backend: `text.py` frozen MiniLM sentence/token encoder (`bert.py` its BERT forward
+  without transformers' import cost), `vit.py` `BuiltinViT` whose
   pooled output lives in MiniLM space, `vlm.py` `BuiltinVLMModel` (`encode` returns a typed `Encoding`, whose
   grounding and sufficiency caches the read-outs fill; 2x2-merged ViT tokens + frame embeddings +
   question/option/count-probe tokens; grounded option read-out: per-option presence timelines over the frames

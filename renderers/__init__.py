@@ -25,6 +25,8 @@ Modules (moved from the table of docs/ARCHITECTURE.md):
   the text, `source_residual` x0 = source + output
 - `bernini_official.py`: the renderer half of the official Bernini-Diffusers layout (`diff_dec.transformer.`,
   `diff_dec_low.transformer_2.`, `t5_text_encoder.` from the shards), the v1 / v2 detection, export back
+- `caching.py`: step caching through diffusers' hooks (first_block, mag, taylorseer): settings, their checks,
+  hooks on for one `generate` call, each guidance branch in its own `cache_context`, evaluations counted
 - `loading.py`: `load_renderer`: builtin, a saved builtin renderer, or a Bernini-R / Wan diffusers folder;
   `load_motion_renderer`: AnyMotion's slot, builtin = the pose-guided weights
 """

@@ -1,0 +1,175 @@
+"""Latency of every verb, cold and warm, on its showcase input and on the real Big Buck Bunny clip (issue 50).
+
+    python -m benchmarks.latency [--out outputs/bench/latency] [--verbs ask,segment,...] [--no-real]
+
+- **cold**: a fresh process runs ``atelier VERB ... -o DIR`` (imports, model loading and the run): wall, CPU
+  (user + system) and peak RSS of that process;
+- **warm**: one process runs the verb twice through ``app.runner.run_app`` (what ``atelier batch`` and the web
+  demo do); the second call's wall and CPU, and the process's peak RSS after both;
+- **model share**: the pipeline's own ``seconds["total"]`` (or the sum of its stages) over the warm call's wall;
+- **baseline**: a fresh process that only runs ``import torch`` (its wall and peak RSS), measured in the same run,
+  so "RSS above bare torch" compares like with like.
+
+Every run uses one thread (``--threads 1``, what the builtin models default to). Results go to OUT/results.md and
+OUT/rows.json; docs/BENCHMARKS.md quotes them with this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REAL_CLIP = REPO.parent / "shared" / "data" / "bigbuckbunny_clip" / "bigbuckbunny.mp4"
+VERBS = ("ask", "segment", "generate", "edit", "motion", "meme", "reason")
+
+
+def real_inputs(verb: str, folder: Path) -> dict | None:
+    """The real clip's inputs for ``verb`` (docs/BENCHMARKS.md, "Real clips through every verb")."""
+    if not REAL_CLIP.is_file():
+        return None
+    v = str(REAL_CLIP)
+    if verb in ("generate", "meme", "reason"):
+        from core.video import Video
+        from PIL import Image
+
+        frame = folder / "bbb_middle.png"
+        if not frame.exists():
+            video = Video(v)
+            Image.fromarray(video.get_frames([len(video) // 2])[0]).save(frame)
+        v_img = str(frame)
+    return {
+        "ask": {"video": v, "question": "What animal?", "options": ["dog", "rabbit", "bird"]},
+        "segment": {"video": v, "query": "the rabbit"},
+        "generate": {"prompt": "the rabbit runs", "image": v_img} if verb == "generate" else None,
+        "edit": {"video": v, "instruction": "make the rabbit blue"},
+        "motion": {"video": v, "instruction": "make the person raise the left arm"},
+        "meme": {"image": v_img} if verb == "meme" else None,
+        "reason": {"image": v_img, "question": "What colour is the bird?", "options": ["red", "blue", "green", "white"]} if verb == "reason" else None,
+    }[verb]
+
+
+def argv_of(app, inputs: dict) -> list[str]:
+    argv = [app.verb]
+    for i in app.inputs:
+        if i.name not in inputs:
+            continue
+        value = inputs[i.name]
+        if i.flag is None and i.kind not in ("texts", "images"):
+            argv.append(str(value))
+        else:
+            argv += [f"--{i.name}", *([str(v) for v in value] if isinstance(value, list) else [str(value)])]
+    return argv + ["--no-progress", "--threads", "1"]
+
+
+def _child(code: str, env: dict) -> dict:
+    """Run ``code`` in a fresh interpreter: its wall, CPU and peak RSS (the child's own rusage)."""
+    # the child reports its own peak RSS at exit (RUSAGE_CHILDREN's is the largest child's so far, not this one's)
+    hook = ("import atexit, resource, sys\natexit.register(lambda: print('PEAKRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+            "file=sys.stderr))\n")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", hook + code], capture_output=True, text=True, env=env, cwd=REPO)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    peak = [int(x.split()[1]) for x in out.stderr.splitlines() if x.startswith("PEAKRSS ")]
+    err = "\n".join(x for x in out.stderr.splitlines() if not x.startswith("PEAKRSS "))
+    return {"wall": wall, "cpu": cpu, "rss_mb": peak[-1] / 1024 if peak else float("nan"), "rc": out.returncode,
+            "stdout": out.stdout[-2000:], "stderr": err[-2000:]}
+
+
+WARM = """
+import json, resource, time
+from app.runner import run_app
+from pipelines.registry import get_app
+app, inputs = get_app({verb!r}), json.loads({inputs!r})
+args = {{**inputs, "progress": False, "threads": 1}}
+rows = []
+for k in range(2):
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        out, summary = run_app(app, args)
+        ok = True
+    except Exception as e:
+        out, summary, ok = None, {{"error": str(e)}}, False
+    s = summary.get("seconds") or {{}}
+    model = s.get("total", sum(v for v in s.values() if isinstance(v, (int, float))))
+    rows.append({{"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "model": model, "ok": ok}})
+print("ROWS", json.dumps({{"calls": rows, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+"""
+
+
+def measure(verb: str, inputs: dict, env: dict, tmp: Path) -> dict:
+    from pipelines.registry import get_app
+
+    app = get_app(verb)
+    argv = argv_of(app, inputs) + ["-o", str(tmp / f"{verb}_{len(os.listdir(tmp))}")]
+    cold = _child(f"import sys\nfrom app.cli import main\nsys.exit(main({argv!r}))", env)
+    warm_run = _child(WARM.format(verb=verb, inputs=json.dumps(inputs)), env)
+    line = next((x for x in warm_run["stdout"].splitlines() if x.startswith("ROWS ")), None)
+    warm = json.loads(line[5:]) if line else {"calls": [], "rss_mb": warm_run["rss_mb"], "error": warm_run["stderr"][-500:]}
+    second = warm["calls"][1] if len(warm["calls"]) > 1 else {}
+    return {"verb": verb, "cold_wall": cold["wall"], "cold_cpu": cold["cpu"], "cold_rss_mb": cold["rss_mb"], "cold_rc": cold["rc"],
+            "warm_wall": second.get("wall"), "warm_cpu": second.get("cpu"), "warm_rss_mb": warm["rss_mb"],
+            "model_share": (second["model"] / second["wall"]) if second.get("wall") else None, "warm_ok": second.get("ok"),
+            "cold_error": cold["stderr"].strip().splitlines()[-1] if cold["rc"] and cold["stderr"].strip() else ""}
+
+
+def table(rows: list[dict], baseline: dict) -> str:
+    def f(v, fmt):
+        return "-" if v is None else format(v, fmt)
+    head = ("| verb | input | cold wall s | cold CPU s | cold peak RSS MB (above bare torch) | warm wall s | warm CPU s | "
+            "warm peak RSS MB | model share of warm wall | exit |\n|---|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        above = r["cold_rss_mb"] - baseline["rss_mb"]
+        lines.append(f"| {r['verb']} | {r['input']} | {f(r['cold_wall'], '.1f')} | {f(r['cold_cpu'], '.1f')} | "
+                     f"{r['cold_rss_mb']:.0f} ({above:+.0f}) | {f(r['warm_wall'], '.2f')} | {f(r['warm_cpu'], '.2f')} | "
+                     f"{f(r['warm_rss_mb'], '.0f')} | {f(r['model_share'], '.0%')} | {r['cold_rc']}{' ' + r['cold_error'][:80] if r['cold_error'] else ''} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.latency", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="outputs/bench/latency")
+    ap.add_argument("--verbs", default=",".join(VERBS))
+    ap.add_argument("--no-real", action="store_true", help="skip the real clip")
+    args = ap.parse_args(argv)
+    from app.showcase import item
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    baseline = _child("import torch", env)
+    help_run = _child("import sys\nfrom app.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass", env)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        for verb in args.verbs.split(","):
+            showcase = item(verb, 0, out / "inputs").inputs
+            cases = [("showcase item 0", showcase)]
+            real = None if args.no_real else real_inputs(verb, out / "inputs")
+            if real:
+                cases.append(("Big Buck Bunny 720p", real))
+            for name, inputs in cases:
+                row = {**measure(verb, inputs, env, tmp), "input": name}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    text = (f"bare `import torch`: {baseline['wall']:.1f} s wall, {baseline['rss_mb']:.0f} MB peak RSS; "
+            f"`atelier --help`: {help_run['wall']:.2f} s wall, {help_run['rss_mb']:.0f} MB\n\n" + table(rows, baseline) + "\n")
+    (out / "results.md").write_text(text)
+    (out / "rows.json").write_text(json.dumps({"baseline": baseline, "help": help_run, "rows": rows}, indent=1))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
