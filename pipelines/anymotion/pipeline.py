@@ -35,7 +35,7 @@ import torch
 from core.errors import InputError
 from core.memory import check_allocation
 from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, generator_and_seed, output_field, setting
-from renderers.caching import CACHE_MODES, from_settings
+from pipelines.render_cache import RenderCacheSettings
 
 MAX_INSTRUCTION_CHARS = 2000
 MAX_FRAMES = 240
@@ -58,7 +58,7 @@ class RendererSlot(Protocol):
 
 
 @dataclass
-class AnyMotionConfig(PipelineConfig):
+class AnyMotionConfig(RenderCacheSettings, PipelineConfig):
     """Settings of an AnyMotion call; None takes the renderer's default."""
 
     skeleton: bool = setting(True, help="plan the target skeleton first (off: the renderer edits from the instruction alone, "
@@ -76,13 +76,6 @@ class AnyMotionConfig(PipelineConfig):
                                        "shows there in other frames (the render leaves dark residues there) [PROPOSED]")
     tiling: bool = setting(False, help="hf renderer: decode the VAE in tiles (less memory at large sizes)")
     cpu_offload: bool = setting(False, help="hf renderer: keep each model on the CPU until it runs (less GPU memory, slower)", flag="--offload")
-    cache: str = setting("none", help="renderer step caching through diffusers' hooks: first_block, mag (needs the renderer's calibrated "
-                                      "ratios), taylorseer; each guidance branch cached apart (none: off, the default; docs/BENCHMARKS.md)",
-                         choices=CACHE_MODES)
-    cache_threshold: float | None = setting(None, help="cache first_block / mag: the change a reused step may hide (None: the mode's measured "
-                                                       "default)", range=(0.0, 1.0))
-    cache_interval: int | None = setting(None, help="cache taylorseer: a full forward every N steps, forecasts between (None: its default)",
-                                         range=(1, 50))
 
     def __post_init__(self):
         self.check_fields()
@@ -310,7 +303,7 @@ class AnyMotionPipeline(Pipeline):
             try:
                 guidance = c.guidance_scale if c.guidance_scale is not None else "auto"
                 video = render_motion(self.renderer, clip, target, instruction, queries, steps=steps, guidance=guidance, generator=gen,
-                                      callback=on_step, cache=from_settings(c.cache, c.cache_threshold, c.cache_interval))
+                                      callback=on_step, cache=c.render_cache())
             finally:
                 bar.close()
             if c.uncover and target is not None and source_keypoints is not None:
@@ -338,7 +331,7 @@ class AnyMotionPipeline(Pipeline):
         if c.cpu_offload:
             self.renderer.enable_model_cpu_offload()
         steps = c.steps or HF_STEPS
-        cache = from_settings(c.cache, c.cache_threshold, c.cache_interval)
+        cache = c.render_cache()
         cache = {"cache": cache} if cache is not None else {}  # passed only when on
         bar = self.progress_bar(total=steps, desc="render")
 

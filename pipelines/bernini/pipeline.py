@@ -44,7 +44,7 @@ from pipelines.bernini.tasks import (
     system_prompt_for_task,
     task_defaults,
 )
-from renderers.caching import CACHE_MODES, from_settings
+from pipelines.render_cache import RenderCacheSettings
 from renderers.guidance import GUIDANCE_MODES
 
 OFFICIAL = ("r", "v1", "v2")
@@ -79,7 +79,7 @@ class PlanEncoder(Protocol):
 
 
 @dataclass
-class BerniniConfig(PipelineConfig):
+class BerniniConfig(RenderCacheSettings, PipelineConfig):
     """Settings of a Bernini call; None takes the task's default (``pipelines.bernini.tasks``)."""
 
     task: str = setting("auto", help="what to do: auto (from the inputs), t2v, t2i, i2v, i2i, v2v (edit a video), mv2v, r2v (references), "
@@ -115,13 +115,6 @@ class BerniniConfig(PipelineConfig):
                                             "nothing on builtin; a single space: nothing)")
     tiling: bool = setting(False, help="hf renderer: decode the VAE in tiles (less memory at large sizes)")
     cpu_offload: bool = setting(False, help="hf renderer: keep each model on the CPU until it runs (less GPU memory, slower)", flag="--offload")
-    cache: str = setting("none", help="renderer step caching through diffusers' hooks: first_block, mag (needs the renderer's calibrated "
-                                      "ratios), taylorseer; each guidance branch cached apart (none: off, the default; docs/BENCHMARKS.md)",
-                         choices=CACHE_MODES)
-    cache_threshold: float | None = setting(None, help="cache first_block / mag: the change a reused step may hide (None: the mode's measured "
-                                                       "default)", range=(0.0, 1.0))
-    cache_interval: int | None = setting(None, help="cache taylorseer: a full forward every N steps, forecasts between (None: its default)",
-                                         range=(1, 50))
 
     def __post_init__(self):
         self.check_fields()
@@ -521,7 +514,7 @@ class BerniniPipeline(Pipeline):
                 info = {**info, "preview": _frame_sheet(decode(info["denoised"][0], height, width), columns=4)}
             return self.step_end(callback, self._step - 1, {"stage": "render", "stage_step": step, "num_steps": steps, **info}).get("latents")
 
-        cache = from_settings(c.cache, c.cache_threshold, c.cache_interval)
+        cache = c.render_cache()
         if cache is not None:  # passed only when on: a renderer without caching still takes the default
             kwargs["cache"] = cache
         try:
