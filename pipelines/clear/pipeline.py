@@ -67,6 +67,12 @@ def concept_phrase(query: str) -> str:
     return phrase if phrase and phrase.lower() not in {"one", "thing", "something"} else "object"
 
 
+def selection_indices(n: int, k: int) -> list[int]:
+    """``k`` evenly spaced frames of ``n`` (all of them when ``k >= n``): what CLEAR's planner sees."""
+    k = min(k, n)
+    return [int(i) for i in ((np.arange(k) + 0.5) * n / k).astype(int)]
+
+
 @runtime_checkable
 class InstanceSelector(Protocol):
     """What CLEAR's planner slot needs: choose the candidate a query refers to."""
@@ -276,6 +282,10 @@ class ClearPipeline(Pipeline):
         cands = [dataclasses.replace(cands[k], id=i + 1) for i, k in enumerate(keep)]
         return anchor, cands, [starts[k] for k in keep], np.stack([masks[k] for k in keep]), np.stack([presence[k] for k in keep])
 
+    def selection_indices(self, n: int) -> list[int]:
+        """The ``selection_frames`` frames of the candidate tracks the planner sees."""
+        return selection_indices(n, self.config.selection_frames)
+
     def track(self, source, frame: int, cands: list[Candidate], callback: Callable | None, step: int = 0):
         """``cands`` prompted on ``frame`` in one session, propagated both ways: masks ``(N, T, H, W)``,
         presence ``(N, T)``, and the callback's next step number."""
@@ -326,8 +336,7 @@ class ClearPipeline(Pipeline):
             return self._no_match(query, samples[0][0], (n, *size), sel, {"total": time.perf_counter() - t0}, 0, config).convert(output_type)
         anchor, cands, starts, tracks, presence = self.candidate_tracks(source, samples, callback_on_step_end)
         t_track = time.perf_counter()
-        k = min(self.config.selection_frames, n)
-        sub = [int(i) for i in ((np.arange(k) + 0.5) * n / k).astype(int)]
+        sub = self.selection_indices(n)
         frames = np.asarray(source.get_frames(sub))
         sel = self.planner.select(frames, [Mark(c.id, tracks[j][sub]) for j, c in enumerate(cands)], query)
         self._selections += 1
