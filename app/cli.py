@@ -68,10 +68,12 @@ def build_parser(verb: str | None = "*") -> argparse.ArgumentParser:
     """The whole command line (``verb="*"``), or with only ``verb`` built in full and the other verbs that import
     the pipelines (and torch) or the training code left as bare names: ``main`` passes the verb it is given, so
     `atelier --help`, a light verb and its argument errors never import torch."""
-    from pipelines.registry import PIPELINE_HELP
+    from pipelines.registry import PIPELINE_APPS, PIPELINE_HELP, get_app
 
+    # a verb registered without a line in PIPELINE_HELP (a plugin, a test) costs its import here, nothing else
+    helps = {v: PIPELINE_HELP.get(v) or get_app(v).help for v in PIPELINE_APPS}
     parser = argparse.ArgumentParser(
-        prog="atelier", usage="atelier [-h] VERB ...", description=DESCRIPTION.format(pipelines="\n".join(f"  {v:10s} {h}" for v, h in PIPELINE_HELP.items())),
+        prog="atelier", usage="atelier [-h] VERB ...", description=DESCRIPTION.format(pipelines="\n".join(f"  {v:10s} {h}" for v, h in helps.items())),
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="verb", metavar="VERB", prog="atelier", help=argparse.SUPPRESS)  # the description lists them
@@ -80,10 +82,8 @@ def build_parser(verb: str | None = "*") -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=_cmd_info)
 
-    for name, help_ in PIPELINE_HELP.items():
+    for name, help_ in helps.items():
         if verb in ("*", name):
-            from pipelines.registry import get_app
-
             _add_pipeline_verb(sub, get_app(name))
         else:
             sub.add_parser(name, help=help_)

@@ -25,14 +25,15 @@ def short_clip():
 class TestClearContract(PipelineTesterMixin):
     pipeline_class = ClearPipeline
     # target id, mask pixels per frame (4 frames), events, anchor frame (computed once, then frozen)
-    expected_slice = [2.0, 0.0, 0.0, 42.0, 48.0, 7.0, 10.0]  # 7 events since OUTLINE_DRIFT (masks unchanged)
+    # recomputed 2026-12-06 for the instance reasoner with appearance (another architecture: another random pick)
+    expected_slice = [1.0, 219.0, 242.0, 273.0, 288.0, 0.0, 10.0]
     bad_inputs = (
         ({"query": ""}, "query"),
         ({"query": "x" * 5000}, "characters"),
     )  # a zero-frame video is a MediaError ("the video has no frames"): test_clear_pipeline.py
 
     def get_dummy_components(self):
-        torch.manual_seed(6)  # a random reasoner that picks a candidate here (most seeds say "no object matches")
+        torch.manual_seed(0)  # a random reasoner that picks a candidate here (some seeds say "no object matches")
         planner = BuiltinInstanceReasoner(InstanceReasonerConfig(width=32, depth=1, heads=2, own_width=16, pair_width=16)).eval()
         return {"planner": planner, "tracker": ClassicTracker(), "proposer": ColourProposer()}
 

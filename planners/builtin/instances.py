@@ -241,7 +241,7 @@ class BuiltinInstanceReasoner(nn.Module):
         self.head = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, 1))
         self.none_head = nn.Linear(d, 1)
         self._text_encoder = None
-        self._vit = None
+        self._encoders: dict = {}  # the builtin ViT, loaded on first use: a plain dict keeps it out of this model's weights
 
     @property
     def device(self) -> torch.device:
@@ -291,11 +291,11 @@ class BuiltinInstanceReasoner(nn.Module):
 
     def features(self, frames: np.ndarray, masks: np.ndarray) -> dict[str, np.ndarray]:
         """``track_features`` and the candidates' ``appearance`` (the shipped builtin ViT, loaded once)."""
-        if self._vit is None:
+        if "vit" not in self._encoders:
             from planners.builtin.vit import BuiltinViT
 
-            self._vit = BuiltinViT.from_pretrained(VIT_DIR, device=self.device)
-        return {**track_features(frames, masks), "appearance": appearance(self._vit, frames, masks)}
+            self._encoders["vit"] = BuiltinViT.from_pretrained(VIT_DIR, device=self.device)
+        return {**track_features(frames, masks), "appearance": appearance(self._encoders["vit"], frames, masks)}
 
     @torch.no_grad()
     def probabilities(self, feats: Sequence[dict[str, np.ndarray]], query: str) -> list[np.ndarray]:
