@@ -5,7 +5,7 @@ working size, so the working-size paths run) goes through each pipeline app's CL
 ``apps()`` and the inputs' kinds, so a new verb or a new media input is covered without editing this file. Each run
 must end cleanly (0, or a designed refusal naming what to change), say the synthetic-world notice once on stderr,
 flag the input as unlike the builtin world in its JSON, and return outputs at the input's size where it promises to.
-The full 720p clip's timings are in docs/BENCHMARKS.md ("Real clips through every verb").
+The full 720p clip's timings are in docs/BENCHMARKS.md ("Latency").
 """
 
 from __future__ import annotations
