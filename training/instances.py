@@ -294,29 +294,16 @@ def evaluate_pool(model, pool: list[dict], queries: dict) -> dict:
     return out
 
 
-def evaluate_select(model, pool: list[dict], queries: dict, n: int) -> dict:
+def evaluate_select(model, pool: list[dict], n: int) -> dict:
     """``select()``'s rule (forward + checks) on the first ``n`` tracker sets: accuracy, ambiguous rate."""
-    from planners.counterfactual import CandidateScore, combined_score, decide, shortlist
-
     hits, amb = [], []
     for it in pool[:n]:
         f, t = feats_of(it, "tracker")
-        k = len(f["own"])
-        if not k:
+        if not len(f["own"]):
             hits.append(0)
             amb.append(False)
             continue
-        q = queries[it["query"]]
-        p = predict(model, [f], [q])[0]
-        scores = [CandidateScore(i + 1, float(p[i + 1])) for i in range(k)]
-        order, short = shortlist(scores, 3, 0.05)
-        sets = [subset_features(f, [i]) for i in short] + [subset_features(f, [j for j in range(k) if j != i]) for i in short]
-        probs = predict(model, sets, [q] * len(sets))
-        for r, i in enumerate(short):
-            scores[i].sufficiency = float(probs[r][1])
-            scores[i].necessity = float(probs[len(short) + r][0]) if k > 1 else 1.0
-            scores[i].total = combined_score(scores[i], 1.0, 1.0)
-        sel = decide(scores, order, short, float(p[0]), [], True, 0.5)
+        sel = model.choose(f, list(range(1, len(f["own"]) + 1)), it["query"])
         hits.append(int(t >= 0 and sel.number == t + 1))
         amb.append(bool(sel.ambiguous))
     return {"acc": round(float(np.mean(hits)), 4), "ambiguous": round(float(np.mean(amb)), 4), "n": len(hits)}
@@ -388,7 +375,7 @@ def final_eval(out: Path, recipe: InstanceRecipe, model, text, queries: dict, tr
     torch.set_num_threads(1)
     model._text_encoder = text
     ev = {"steps": steps, "train_minutes": round(train_min, 2), "sec_per_step": sps, "val": evaluate_pool(model, val, queries),
-          "test": evaluate_pool(model, test, queries), "select": evaluate_select(model, test, queries, recipe.test_items)}
+          "test": evaluate_pool(model, test, queries), "select": evaluate_select(model, test, recipe.test_items)}
     write_json_atomic(out / "eval.json", ev)
     size_mb = (out / "model.safetensors").stat().st_size / 2**20
     (out / "card.md").write_text(card(recipe, ev, train_min, sps, size_mb))

@@ -321,14 +321,21 @@ class BuiltinInstanceReasoner(nn.Module):
             raise InputError("marks", len(marks), f"the instance reasoner takes at most {self.config.max_candidates} candidates; keep the best first")
         t0 = time.perf_counter()
         masks = np.stack([_masks(m.masks, frames, f"marks[{i}].masks") for i, m in enumerate(marks)])
-        feats = self.features(frames, masks)
+        sel = self.choose(self.features(frames, masks), [m.number for m in marks], query, checks, shortlist_size, min_forward, accept,
+                          w_suff, w_nec)
+        sel.reasoning.append(f"instance reasoner: {1000 * (time.perf_counter() - t0):.1f} ms")
+        return sel
+
+    def choose(self, feats: dict[str, np.ndarray], numbers: Sequence[int], query: str, checks: bool = True, shortlist_size: int = 3,
+               min_forward: float = 0.05, accept: float = 0.5, w_suff: float = 1.0, w_nec: float = 1.0) -> Selection:
+        """``select``'s rule on candidates already read (``features``), numbered ``numbers`` (training measures it this way)."""
         p = self.probabilities([feats], query)[0]
         p_none = float(p[0])
-        scores = [CandidateScore(m.number, float(p[i + 1])) for i, m in enumerate(marks)]
+        scores = [CandidateScore(number, float(p[i + 1])) for i, number in enumerate(numbers)]
         lines = ["forward choice: " + ", ".join(f"#{s.number} {s.forward:.2f}" for s in scores) + f", none {p_none:.2f}"]
         order, short = shortlist(scores, shortlist_size, min_forward)
         if checks:
-            n = len(marks)
+            n = len(numbers)
             sets = [subset_features(feats, [i]) for i in short] + [subset_features(feats, [j for j in range(n) if j != i]) for i in short]
             probs = self.probabilities(sets, query)
             for r, i in enumerate(short):
@@ -338,9 +345,7 @@ class BuiltinInstanceReasoner(nn.Module):
                 lines.append(f"#{scores[i].number}: alone it is chosen at {scores[i].sufficiency:.2f}; without it, {1 - scores[i].necessity:.2f} that another is")
         for i in short:
             scores[i].total = combined_score(scores[i], w_suff, w_nec)
-        sel = decide(scores, order, short, p_none, lines, checks, accept)
-        sel.reasoning.append(f"instance reasoner: {1000 * (time.perf_counter() - t0):.1f} ms")
-        return sel
+        return decide(scores, order, short, p_none, lines, checks, accept)
 
     # ---- persistence
     def save_pretrained(self, directory: str | Path, metadata: dict | None = None) -> Path:
