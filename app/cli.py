@@ -65,9 +65,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser(verb: str | None = "*") -> argparse.ArgumentParser:
-    """The whole command line (``verb="*"``), or with only ``verb`` built in full and the other verbs that import
-    the pipelines (and torch) or the training code left as bare names: ``main`` passes the verb it is given, so
-    `atelier --help`, a light verb and its argument errors never import torch."""
+    """The whole command line (``verb="*"``), or with only ``verb`` built in full and the other pipeline verbs and
+    the training code left as bare names: ``main`` passes the verb it is given, so `atelier --help`, any verb's
+    --help and its argument errors never import torch (a pipeline verb's parser is built from its torch-free
+    config module; the pipeline is imported when its run starts)."""
     from pipelines.registry import PIPELINE_APPS, PIPELINE_HELP, get_app
 
     # a verb registered without a line in PIPELINE_HELP (a plugin, a test) costs its import here, nothing else
@@ -262,7 +263,7 @@ def _add_pipeline_verb(sub, app) -> None:
         settings.add_argument(*flags, **kw)
     models = p.add_argument_group("models and placement")
     for slot, flag in app.components.items():
-        spec = app.pipeline_class.component_specs[slot]
+        spec = app.component_specs[slot]
         default = app.defaults.get(slot)
         models.add_argument(f"--{flag}", dest=f"component_{slot}", metavar="PATH",
                             help=f"{spec.help}: 'builtin', a builtin model folder, or a transformers checkpoint directory / HF cache id"
@@ -396,11 +397,8 @@ def _cmd_pipeline(args) -> int:
 
     from core.outputs import move_file, publish_file
 
-    _, _, components, options = app.split_args(values)
-    from app.world_check import notice, uses_builtin
-
-    if uses_builtin(app, components, options):  # said first, so a run that then fails has said it too
-        print(f"atelier {app.verb}: note: {notice(app)}", file=sys.stderr)
+    _, config, _, options = app.split_args(values)
+    app.check_settings(config, options)  # an argument error is said alone, before any model (or torch) loads
     out_dir, video_file = args.out, _video_out(app, args.out, args.overwrite)
     if video_file is not None:
         out_dir = video_file.with_suffix("")
@@ -409,7 +407,7 @@ def _cmd_pipeline(args) -> int:
     if extra and out_dir is None:  # the run needs a folder to save into before its files are copied out
         scratch = out_dir = tempfile.mkdtemp(prefix="atelier-run-")
     try:
-        _, summary = run_app(app, values, out_dir=out_dir, overwrite=args.overwrite)
+        _, summary = run_app(app, values, out_dir=out_dir, overwrite=args.overwrite, on_start=lambda c, o: _note_builtin(app, c, o))
         if video_file is not None:  # the clip moves to NAME.mp4 (written once), the rest stays in NAME/
             move_file(summary["files"].pop(f"{app.video_output}.mp4"), video_file, "--out", args.overwrite)
             summary["files"] = {"video": str(video_file), **summary["files"]}
@@ -434,6 +432,15 @@ def _cmd_pipeline(args) -> int:
         print(f"atelier {app.verb}: note: {summary['notice']}", file=sys.stderr)
     _emit(args, summary, app.format(summary))
     return 0
+
+
+def _note_builtin(app, components: dict, options: dict) -> None:
+    """The builtin models' notice on stderr, once every check of the run has passed and before its pipeline loads:
+    a run that then fails has said it, an argument error says only the error."""
+    from app.world_check import notice, uses_builtin
+
+    if uses_builtin(app, components, options):
+        print(f"atelier {app.verb}: note: {notice(app)}", file=sys.stderr)
 
 
 def _file_outputs(app, args) -> dict[str, Path]:

@@ -8,6 +8,7 @@ it with a generator seeded from ``seed`` and returns the output and its JSON-saf
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,22 +51,34 @@ def build(app: PipelineApp, components: dict, options: dict, config: dict):
 
 
 def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | None = None, callback: Any = None,
-            overwrite: bool = False):
+            overwrite: bool = False, on_start: Callable[[dict, dict], None] | None = None):
     """Run ``app`` on ``args``; with ``out_dir``, save the output there (a file atelier did not write is
-    replaced only with ``overwrite``). Returns ``(output, summary)``."""
+    replaced only with ``overwrite``). ``on_start(components, options)`` is called once every check has passed,
+    just before the pipeline is built (the CLI's builtin-model notice). Returns ``(output, summary)``."""
     from core.outputs import check_folder
     from core.threads import choose_threads, use_threads
-    from pipelines.base import make_generator
 
     inputs, config, components, options = app.split_args(args)
-    generator = make_generator(options.get("seed"))  # a bad seed fails before anything loads
+    app.check_settings(config, options)  # bad settings and a bad seed fail before anything loads (torch included)
     check_media(app, inputs)
+    from pipelines.base import make_generator
+
+    generator = make_generator(options.get("seed"))
+    if options.get("device") is not None or options.get("dtype") is not None:  # as build checks them: before the notice
+        from core.device import select_device, select_dtype
+
+        if options.get("device") is not None:
+            select_device(options["device"])
+        if options.get("dtype") is not None:
+            select_dtype(options["dtype"])
     if out_dir is not None:
         out_dir = check_output_dir(out_dir, "--out")
         check_folder(out_dir, app.pipeline_class.output_class().claims(), "--out", overwrite)
     world = None
     if uses_builtin(app, components, options):
         world = check_inputs(app, inputs) or {}
+    if on_start is not None:
+        on_start(components, options)
     pipe = build(app, components, options, config)
     pipe.set_progress_bar_config(disable=not options.get("progress", True))
     threads = use_threads(choose_threads(options.get("threads"), pipe.components))

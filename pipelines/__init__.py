@@ -9,6 +9,9 @@ Modules (moved from the table of docs/ARCHITECTURE.md):
   bars, `generator` (`generator_and_seed`: the caller's, or a fresh reported seed) / `callback_on_step_end` /
   `interrupt()`; `setting(...)` config fields with help / choices / range; `PipelineOutput` whose fields
   declare how they are saved, short `repr`, `convert(output_type)`
+- `config.py`: the config side of `base.py` without torch (`setting`, `PipelineConfig`, `ComponentSpec`, the seed
+  check; re-exported by `base.py`); each method's `config.py` holds its config dataclass and component slots on it,
+  so the CLI builds a verb's options and checks its arguments without importing torch
 - `registry.py`: `PipelineApp`, `Input`, `Setting`; `PIPELINE_APPS`, one line per pipeline
 - `gridprobe/`: `GridProbePipeline`, slots `selector` + optional `answerer` of the `ProbeModel` protocol:
   `grid.py` pool and probe layout, `selection.py` importance map / shape-adaptive budget / ablation selectors
@@ -42,15 +45,19 @@ Modules (moved from the table of docs/ARCHITECTURE.md):
 
 import importlib
 
-# imported on first use (PEP 562): `atelier --help` reads the registry without importing torch
-_LAZY = {"Pipeline": "pipelines.base", "PipelineConfig": "pipelines.base", "PipelineOutput": "pipelines.base",
-         "GridProbePipeline": "pipelines.gridprobe", "GridProbeConfig": "pipelines.gridprobe", "GridProbeOutput": "pipelines.gridprobe"}
+
+def lazy_exports(package: str, table: dict[str, str]):
+    """``(__getattr__, __all__)`` for a package whose names ``table`` maps to the module that defines them, imported
+    on first use (PEP 562), so `atelier --help`, a verb's options and its argument errors never import torch."""
+
+    def __getattr__(name: str):
+        if name in table:
+            return getattr(importlib.import_module(table[name]), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__, list(table)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'pipelines' has no attribute {name!r}")
-
-
-__all__ = list(_LAZY)
+__getattr__, __all__ = lazy_exports("pipelines", {
+    "Pipeline": "pipelines.base", "PipelineConfig": "pipelines.config", "PipelineOutput": "pipelines.base",
+    "GridProbePipeline": "pipelines.gridprobe", "GridProbeConfig": "pipelines.gridprobe", "GridProbeOutput": "pipelines.gridprobe"})

@@ -16,13 +16,11 @@ whose fields declare how they are saved (``output_field(save=...)``).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import inspect
 import json
 import logging
-import pickle
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +33,9 @@ from tqdm.auto import tqdm
 
 from core.atomic import atomic_path, json_safe, write_json_atomic
 from core.device import select_device, select_dtype
-from core.errors import REMOTE_CODE_HINT, AtelierError, InputError, MediaError, refused_remote_code
+from core.errors import AtelierError, InputError
+# the config side lives in a torch-free module (the CLI's parsers and argument checks); re-exported here
+from pipelines.config import LOAD_ERRORS, ComponentSpec, PipelineConfig, check_range, check_seed, loading_errors, setting  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -50,70 +50,6 @@ HF_PACKAGES = ("transformers", "diffusers")
 
 class PipelineInterrupted(AtelierError):
     """``Pipeline.interrupt()`` stopped a call before it finished."""
-
-
-@dataclass(frozen=True)
-class ComponentSpec:
-    """What a pipeline needs in one component slot.
-
-    ``protocol``: a ``runtime_checkable`` Protocol (or a class) the component must satisfy; every
-    registered pipeline's slots name one (without it any loadable class fits the slot, tested in
-    tests/test_safety_foreign_code.py).
-    ``loader``: ``"module:function"`` that turns a directory / cache id into a component (e.g.
-    ``planners.loading:load_vlm`` tells a builtin VLM folder from a transformers checkpoint); used
-    for overrides by path and for optional components absent from a saved index. Without one, an
-    override directory is loaded with the class recorded in the index.
-    ``optional``: the slot may hold None. ``help``: shown by the CLI and the web app.
-    """
-
-    protocol: type | None = None
-    loader: str | None = None
-    optional: bool = False
-    help: str = ""
-
-    def load(self, name: str, source: str | Path, **kwargs: Any) -> Any:
-        if self.loader is None:
-            raise InputError(name, str(source), "this component has no loader for paths; pass an instance")
-        module, _, func = self.loader.partition(":")
-        loader = getattr(importlib.import_module(module), func)
-        with loading_errors(name, source, self.help):  # every slot's loader: one mapping of what a folder can raise
-            return loader(str(source), **kwargs)
-
-
-# What loading a foreign or damaged folder raises (transformers / diffusers / torch / safetensors /
-# json): a bad input, never a traceback. MemoryError and KeyboardInterrupt pass.
-LOAD_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError,
-                                                RuntimeError, EOFError, ImportError, pickle.UnpicklingError)
-try:  # a damaged .safetensors file: its error derives from Exception only
-    from safetensors import SafetensorError
-
-    LOAD_ERRORS += (SafetensorError,)
-except ImportError:
-    pass
-
-
-@contextlib.contextmanager
-def loading_errors(name: str, source: str | Path, what: str = ""):
-    """Turn a loader's failure on ``source`` into an ``InputError`` naming the slot and the folder;
-    a checkpoint that ships code it was not allowed to run says how to allow it."""
-    try:
-        yield
-    except InputError as e:
-        if e.name != name and str(e.value) == str(source):  # a shared loader names what it read it as ("vlm"): add the slot
-            raise InputError(f"{name} ({e.name})", e.value, e.hint) from None
-        raise
-    except MediaError as e:  # a file inside the folder: the user passed the folder, so name the slot
-        raise InputError(name, str(source), f"{e}; pass a folder this slot reads" + (f" ({what})" if what else "")) from None
-    except AtelierError:
-        raise  # already names its input
-    except LOAD_ERRORS as e:
-        first = (str(e).strip().splitlines() or [""])[0][:300]
-        if refused_remote_code(e):
-            hint = REMOTE_CODE_HINT
-        else:
-            hint = (f"cannot load it ({type(e).__name__}: {first}); pass a folder this slot reads"
-                    + (f" ({what})" if what else ""))
-        raise InputError(name, str(source), hint) from None
 
 
 def protocol_methods(protocol: type) -> list[str]:
@@ -152,8 +88,7 @@ def make_generator(generator: torch.Generator | int | None, device: torch.device
     """The caller's randomness as a ``torch.Generator``: pass one through, seed a new one from an int."""
     if generator is None or isinstance(generator, torch.Generator):
         return generator
-    if isinstance(generator, bool) or not isinstance(generator, (int, np.integer)) or not 0 <= int(generator) < 2**63:
-        raise InputError("generator", generator, "pass a torch.Generator or an integer seed in [0, 2**63)")
+    check_seed(generator)
     return torch.Generator(device=device).manual_seed(int(generator))
 
 
@@ -165,59 +100,6 @@ def generator_and_seed(generator: torch.Generator | int | None) -> tuple[torch.G
         seed = int(torch.randint(0, 2**31, (1,)).item())
         return torch.Generator().manual_seed(seed), seed
     return gen, int(generator) if isinstance(generator, (int, np.integer)) else int(gen.initial_seed())
-
-
-def setting(default: Any = dataclasses.MISSING, *, help: str, choices: tuple | None = None,
-            range: tuple[float | None, float | None] | None = None, flag: str | None = None, **kwargs: Any):
-    """A config field with the metadata the CLI, batch manifests and the web tab are built from:
-    ``help`` (one line), ``choices``, an inclusive ``range`` ``(low, high)`` (None: open), an extra
-    short CLI ``flag`` (e.g. ``-K``). One declaration, three interfaces."""
-    metadata = {"help": help, "choices": tuple(choices) if choices else None, "range": range, "flag": flag}
-    return field(default=default, metadata=metadata, **kwargs)
-
-
-def check_range(name: str, value: Any, bounds: tuple | None) -> None:
-    """``InputError`` when ``value`` lies outside the field's declared ``range`` or is NaN / infinite (NaN
-    passes every ``<`` / ``>`` comparison, so it is refused first)."""
-    import numbers
-
-    from core.values import check_finite, is_bool
-
-    if is_bool(value) or not isinstance(value, numbers.Real):
-        return
-    low, high = bounds if bounds is not None else (None, None)
-    span = f"{low if low is not None else '-inf'}..{high if high is not None else 'inf'}"
-    check_finite(name, value, span if bounds is not None else "")
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise InputError(name, value, f"use a value in {span}")
-
-
-@dataclass
-class PipelineConfig:
-    """Scalar settings of a pipeline; subclasses add fields. Saved in ``pipeline.json``.
-
-    Field metadata drive the CLI, batch manifests and the web tab (``pipelines.registry``):
-    ``help`` (one line), ``choices``, ``range`` ``(low, high)`` inclusive, ``flag`` (an extra
-    short CLI flag such as ``-K``). ``renamed`` maps old key -> new key for saved indexes.
-    """
-
-    renamed: ClassVar[dict[str, str]] = {}
-
-    def check_fields(self) -> None:
-        """Every field's type (its annotation: a hand-edited ``pipeline.json`` may hold ``"lots"`` where an int
-        belongs), then its declared ``choices`` and ``range``; subclasses call it from ``__post_init__`` /
-        ``validate``, so a config built from a file, ``build`` or ``dataclasses.replace`` is checked alike."""
-        from core.values import check_type
-
-        cls = type(self)
-        if "_hints" not in cls.__dict__:  # annotations are strings here: resolve them once per class
-            cls._hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            check_type(f.name, value, cls._hints[f.name], None if f.default is dataclasses.MISSING else f.default)
-            if f.metadata.get("choices") and value not in f.metadata["choices"]:
-                raise InputError(f.name, value, f"choose one of {list(f.metadata['choices'])}")
-            check_range(f.name, value, f.metadata.get("range"))
 
 
 class Pipeline:

@@ -2,9 +2,13 @@
 verb table and the web tabs are all built from ``apps()``.
 
 A ``PipelineApp`` says what a user gives (``inputs``), which pipeline runs (its config dataclass's
-fields, declared with ``pipelines.base.setting``, become the settings of every interface), how to
+fields, declared with ``pipelines.config.setting``, become the settings of every interface), how to
 call it and how to summarise its output. Adding a pipeline is one package plus one line in
 ``PIPELINE_APPS``; adding a setting is one config field.
+
+Nothing here, in an app module or in a pipeline's ``config.py`` imports torch: the CLI builds a verb's parser
+and checks its arguments (``PipelineApp.check_settings``) from the config class and the component slots, which
+an app names as ``"module:attribute"`` strings like its pipeline; only building the pipeline imports it.
 """
 
 from __future__ import annotations
@@ -146,6 +150,12 @@ class PipelineApp:
     ``callback_on_step_end`` info (None: no new image). It runs inside the loop, so keep it cheap.
     A ``frames`` output takes a list of images and shows one at a time under a slider; a ``gallery`` output a list
     of ``(image, caption)`` pairs shown side by side.
+
+    ``config`` and ``specs`` name the pipeline's config class and its component slots (``"module:attribute"``,
+    imported lazily from a torch-free module, ``pipelines/<method>/config.py``; empty: read from the pipeline
+    class, which imports torch): the CLI builds its parser and checks the settings from them alone. ``run``,
+    ``summarize``, ``web_present`` ... take the pipeline's output; an app module imports its output class inside
+    them (or under ``TYPE_CHECKING``), never at its top.
     """
 
     verb: str
@@ -177,15 +187,26 @@ class PipelineApp:
     # ``nothing(output)``: why a finished run produced nothing a user asked for (e.g. no meme at all), else None; the
     # CLI, the batch runner and the web then report a failure with that message instead of an empty success
     nothing: Callable[[Any], str | None] | None = None
+    config: str = ""  # "module:Class" of the pipeline's config dataclass, imported lazily (no torch)
+    specs: str = ""  # "module:attribute" of its component slots (the pipeline's ``component_specs``), likewise
 
     @property
     def pipeline_class(self) -> type:
-        module, _, name = self.pipeline.partition(":")
-        return getattr(importlib.import_module(module), name)
+        return _import(self.pipeline)
+
+    @property
+    def config_class(self) -> type:
+        """The pipeline's config dataclass (``pipeline_class.config_class``), without importing the pipeline."""
+        return _import(self.config) if self.config else self.pipeline_class.config_class
+
+    @property
+    def component_specs(self) -> dict:
+        """The pipeline's component slots (``pipeline_class.component_specs``), without importing the pipeline."""
+        return _import(self.specs) if self.specs else self.pipeline_class.component_specs
 
     def settings(self) -> list[Setting]:
         """The pipeline config's fields that carry a ``help`` (every field declared with ``setting``)."""
-        config_class = self.pipeline_class.config_class
+        config_class = self.config_class
         hints = typing.get_type_hints(config_class)
         out = []
         for f in dataclasses.fields(config_class):
@@ -221,6 +242,23 @@ class PipelineApp:
             more = f"; also give {[i.name for i in missing[1:]]}" if missing[1:] else ""
             raise InputError(missing[0].name, inputs.get(missing[0].name), f"required: {missing[0].help}{more}")
         return inputs, config, components, options
+
+    def check_settings(self, config: dict[str, Any], options: dict[str, Any] | None = None) -> None:
+        """The settings (and the seed) of a call, as ``split_args`` returns them, checked the way the run would check
+        them, before any model loads and without importing torch: the config built from them (its ``__post_init__``:
+        types, choices, ranges and its own rules); with a saved pipeline (``options["pipeline"]``), whose config they
+        change and which is read later, each value alone (type, choices, range)."""
+        options = options or {}
+        changes = {k: v for k, v in config.items() if v is not None}  # None keeps the saved / default value, as in build
+        if options.get("pipeline") is not None:
+            self.config_class.check_values(changes)
+        else:
+            self.config_class(**changes)
+        seed = options.get("seed")
+        if seed is not None and type(seed).__module__.split(".")[0] != "torch":  # a torch.Generator is make_generator's
+            from pipelines.config import check_seed
+
+            check_seed(seed)
 
 
 # options every pipeline verb takes besides its inputs, settings and components
@@ -264,13 +302,20 @@ def saved_line(summary: dict) -> str:
     return "saved: " + ", ".join(str(v) for v in summary["files"].values())
 
 
+def output_summary(output: Any) -> dict:
+    """``output.summary()``: an app's ``summarize`` that needs no import of the output class."""
+    return output.summary()
+
+
+def _import(target: str) -> Any:
+    """The attribute a ``"module:attribute"`` string names."""
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 def apps() -> dict[str, PipelineApp]:
-    """Every registered ``PipelineApp`` by verb (imports each pipeline's app module)."""
-    out = {}
-    for verb, target in PIPELINE_APPS.items():
-        module, _, attr = target.partition(":")
-        out[verb] = getattr(importlib.import_module(module), attr)
-    return out
+    """Every registered ``PipelineApp`` by verb (imports each pipeline's app module; none imports torch)."""
+    return {verb: _import(target) for verb, target in PIPELINE_APPS.items()}
 
 
 def get_app(verb: str) -> PipelineApp:
@@ -279,4 +324,4 @@ def get_app(verb: str) -> PipelineApp:
     return apps()[verb]
 
 
-__all__ = ["PipelineApp", "Input", "Setting", "PIPELINE_APPS", "RUN_OPTIONS", "apps", "get_app", "parse_run_option"]
+__all__ = ["PipelineApp", "Input", "Setting", "PIPELINE_APPS", "RUN_OPTIONS", "apps", "get_app", "output_summary", "parse_run_option"]

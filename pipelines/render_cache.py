@@ -1,12 +1,17 @@
 """The renderer step-caching settings Bernini and AnyMotion share: one declaration, so their flags, manifests and
-web settings agree (``renderers.caching`` does the caching)."""
+web settings agree (``renderers.caching`` does the caching).
+
+Torch-free, like every config module (``pipelines.config``): ``renderers.caching`` imports torch, so its modes are
+repeated here (tests/test_cold_start.py keeps the two equal) and the module is imported only when a run asks for
+its cache settings."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.base import setting
-from renderers.caching import CACHE_MODES, from_settings
+from pipelines.config import setting
+
+CACHE_MODES = ("none", "first_block", "mag", "taylorseer")  # = renderers.caching.CACHE_MODES
 
 
 @dataclass
@@ -21,4 +26,6 @@ class RenderCacheSettings:
 
     def render_cache(self):
         """What the renderer's ``generate(cache=...)`` takes (None: off)."""
+        from renderers.caching import from_settings
+
         return from_settings(self.cache, self.cache_threshold, self.cache_interval)

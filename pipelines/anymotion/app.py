@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipelines.anymotion.pipeline import AnyMotionOutput
-from pipelines.registry import Input, PipelineApp, saved_line
+from pipelines.registry import Input, PipelineApp, output_summary, saved_line
+
+if TYPE_CHECKING:  # the pipeline module imports torch: never at the top of an app module
+    from pipelines.anymotion.pipeline import AnyMotionOutput
 
 EXAMPLES = """\
 examples:
@@ -67,6 +69,8 @@ APP = PipelineApp(
     verb="motion",
     name="anymotion",
     pipeline="pipelines.anymotion.pipeline:AnyMotionPipeline",
+    config="pipelines.anymotion.config:AnyMotionConfig",
+    specs="pipelines.anymotion.config:COMPONENT_SPECS",
     help="edit a person's motion in a clip by instruction: reason, plan the target skeleton, render it (AnyMotion)",
     description="AnyMotion: a skeleton chain-of-thought planner reads the source skeleton and the instruction, writes its "
                 "reasoning and the target skeleton per frame; a pose-guided diffusion transformer renders it with the source "
@@ -74,7 +78,7 @@ APP = PipelineApp(
     inputs=(Input("video", "the clip with the person: a video file, a folder of frames or an image", kind="video"),
             Input("instruction", "the motion to make, e.g. 'make the person raise the left arm'")),
     run=run,
-    summarize=AnyMotionOutput.summary,
+    summarize=output_summary,
     format=format_summary,
     components={"planner": "planner", "renderer": "renderer"},
     defaults={"planner": "builtin", "renderer": "builtin"},

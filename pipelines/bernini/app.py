@@ -3,10 +3,12 @@ what a user gives differs, the settings are the same), their batch verbs and the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipelines.bernini.pipeline import BerniniOutput
-from pipelines.registry import Input, PipelineApp, saved_line
+from pipelines.registry import Input, PipelineApp, output_summary, saved_line
+
+if TYPE_CHECKING:  # the pipeline module imports torch: never at the top of an app module
+    from pipelines.bernini.pipeline import BerniniOutput
 
 GENERATE_EXAMPLES = """\
 examples:
@@ -29,7 +31,8 @@ examples:
   atelier edit clip.mp4 "make it snow" --renderer /models/Bernini-R-Diffusers --no-plan --tiling -o wan/
 
 The clip is sampled to the output length (--num-frames) and resized to its size (builtin: 16 frames
-at 64x64). Writes the same files as `atelier generate`.
+at 64x64). Writes the same files as `atelier generate`, and source_and_result.png (the source's frames above
+the result's, at the same frame numbers).
 """
 
 NOTE = ("Bernini plans the clip in ViT space first (a grid of image-feature tokens per plan frame, shown as colours), "
@@ -71,7 +74,9 @@ def present(out: BerniniOutput, s: dict) -> tuple:
     text = f"### {s['task']}, seed {s['seed']}\n\n" + format_summary(s).split("\n", 1)[0]
     if s.get("cot"):
         text += f"\n\n**chain of thought:** {s['cot']}"
-    return text, path, out.plan_picture(), out.pictures()["frames"], s
+    pictures = out.pictures()  # an edit shows its source above the result; a generation its frames
+    sheet = pictures["source_and_result"] if pictures["source_and_result"] is not None else pictures["frames"]
+    return text, path, out.plan_picture(), sheet, s
 
 
 def preview(info: dict):
@@ -81,14 +86,16 @@ def preview(info: dict):
 
 COMMON = dict(
     pipeline="pipelines.bernini.pipeline:BerniniPipeline",
-    summarize=BerniniOutput.summary,
+    config="pipelines.bernini.config:BerniniConfig",
+    specs="pipelines.bernini.config:COMPONENT_SPECS",
+    summarize=output_summary,
     format=format_summary,
     components={"planner": "planner", "renderer": "renderer", "encoder": "encoder"},
     defaults={"planner": "builtin", "renderer": "builtin", "encoder": "builtin"},
-    saved_files="video.mp4, plan.png, frames.png, plan_tokens.npy, result.json, config.json",
+    saved_files="video.mp4, plan.png, frames.png, source_and_result.png (edits), plan_tokens.npy, result.json, config.json",
     web_note=NOTE,
     web_outputs=(("markdown", "result"), ("video", "video"), ("image", "plan (ViT tokens as colours) above the frames it describes"),
-                 ("image", "frames"), ("json", "details")),
+                 ("image", "frames (an edit: its source above the result)"), ("json", "details")),
     web_present=present,
     web_preview=preview,
     video_output="video",

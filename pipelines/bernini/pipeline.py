@@ -25,18 +25,27 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import torch
 
 from core.errors import InputError
 from core.memory import check_allocation
-from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, generator_and_seed, output_field, setting
-from pipelines.bernini.tasks import (
-    MAX_REFERENCES,
+from pipelines.base import Pipeline, PipelineOutput, generator_and_seed, output_field
+from pipelines.bernini.config import (  # noqa: F401  (the config and slots live torch-free in config.py; importable here too)
+    COMPONENT_SPECS,
+    GUIDANCE_MODES,
+    MAX_FRAMES,
     RELEASES,
     TASKS,
+    BerniniConfig,
+    PlanEncoder,
+    Planner,
+    Renderer,
+)
+from pipelines.bernini.tasks import (
+    MAX_REFERENCES,
     fit_media_size,
     infer_task,
     mode_projects,
@@ -44,80 +53,12 @@ from pipelines.bernini.tasks import (
     system_prompt_for_task,
     task_defaults,
 )
-from pipelines.render_cache import RenderCacheSettings
-from renderers.guidance import GUIDANCE_MODES
 
 OFFICIAL = ("r", "v1", "v2")
 BUILTIN_TASKS = ("t2v", "t2i", "i2v", "v2v", "r2v", "rv2v")  # what the builtin models were trained on
 SIZE_FROM_SOURCE = {"v2v": "video", "mv2v": "video", "rv2v": "video", "ads2v": "video", "i2i": "image"}
 
 MAX_PROMPT_CHARS = 2000
-MAX_FRAMES = 241
-
-
-@runtime_checkable
-class Renderer(Protocol):
-    """What the renderer slot needs: ``generate`` a clip (``plan_input`` says what plan it reads)."""
-
-    def generate(self, *args: Any, **kwargs: Any) -> Any: ...
-
-
-@runtime_checkable
-class Planner(Protocol):
-    """What the planner slot needs: ``plan`` the target's ViT tokens."""
-
-    def plan(self, *args: Any, **kwargs: Any) -> Any: ...
-
-
-@runtime_checkable
-class PlanEncoder(Protocol):
-    """What the encoder slot needs: ``encode_visual`` a source into the planner's ViT tokens (the
-    builtin encoder also has ``encode_prompt`` / ``plan_text_score``, asked for where used). A slot
-    without a protocol would take any loadable class, e.g. ``transformers.PretrainedConfig``."""
-
-    def encode_visual(self, frames: Any, kind: str | None = None) -> Any: ...
-
-
-@dataclass
-class BerniniConfig(RenderCacheSettings, PipelineConfig):
-    """Settings of a Bernini call; None takes the task's default (``pipelines.bernini.tasks``)."""
-
-    task: str = setting("auto", help="what to do: auto (from the inputs), t2v, t2i, i2v, i2i, v2v (edit a video), mv2v, r2v (references), "
-                                     "rv2v, ads2v", choices=("auto", *TASKS))
-    release: str = setting("auto", help="which release's tables and numerics: r (Bernini-R), v1, v2 (Bernini-Diffusers, -v2), builtin "
-                                        "(our own models); auto: what loading recorded, else builtin / r without a planner / v1",
-                           choices=("auto", *RELEASES))
-    guidance_mode: str = setting("auto", help="hf renderer: the guidance formula (auto: the release's table for the task)",
-                                 choices=("auto", *GUIDANCE_MODES))
-    plan: bool = setting(True, help="plan the target in ViT space first (off: the renderer alone, from the text)")
-    cot: bool = setting(True, help="let the planner write its chain of thought before the plan, if it was trained to (off: skip it; "
-                                   "official checkpoints never do)")
-    num_frames: int | None = setting(None, help="frames of the output (None: the task's default; Wan needs 4k+1)", range=(1, MAX_FRAMES))
-    height: int | None = setting(None, help="output height in pixels (None: the renderer's default)", range=(16, 1280))
-    width: int | None = setting(None, help="output width in pixels (None: the renderer's default)", range=(16, 1280))
-    steps: int | None = setting(None, help="renderer sampling steps (None: builtin 12, hf 40)", range=(1, 200))
-    planning_steps: int | None = setting(None, help="MaskGIT reveal steps of the planner (None: the task's default)", range=(1, 200))
-    denoising_steps: int | None = setting(None, help="flow-head Euler steps per revealed token (None: the task's default)", range=(1, 50))
-    plan_text_cfg: float | None = setting(None, help="planner guidance on the instruction (None: the task's default; 1 = none)", range=(0.0, 20.0))
-    plan_image_cfg: float | None = setting(None, help="planner guidance on the sources (None: the task's default; 1 = none)", range=(0.0, 20.0))
-    plan_candidates: int = setting(1, help="builtin planner: sample this many plans and keep the one whose tokens match the prompt best "
-                                           "in the ViT/MiniLM space [PROPOSED] (each costs one planning pass)", range=(1, 16))
-    guidance_scale: float | None = setting(None, help="builtin renderer: one guidance scale, fully conditioned vs nothing (None: its config's; 1 = no guidance)", range=(0.0, 20.0))
-    guidance_video: float | None = setting(None, help="hf renderer: guidance on the source video (None: the task's table)", range=(0.0, 20.0))
-    guidance_image: float | None = setting(None, help="hf renderer: guidance on all sources (None: the task's table)", range=(0.0, 20.0))
-    guidance_text: float | None = setting(None, help="hf renderer: guidance on the text (None: the task's table)", range=(0.0, 20.0))
-    guidance_plan: float | None = setting(None, help="hf renderer: guidance on the plan (None: the task's table)", range=(0.0, 20.0))
-    apg: str = setting("auto", help="hf renderer, guidance_mode cascade: its APG on or off (auto: off); the official modes carry their own",
-                       choices=("auto", "on", "off"))
-    flow_shift: float | None = setting(None, help="hf renderer: the sampler's flow shift (None: the release's: 3.0 Bernini-R, 5.0 full)",
-                                       range=(0.01, 100.0))
-    negative_prompt: str = setting("", help="what the text guidance steers away from (empty: the release's official one on hf, "
-                                            "nothing on builtin; a single space: nothing)")
-    tiling: bool = setting(False, help="hf renderer: decode the VAE in tiles (less memory at large sizes)")
-    cpu_offload: bool = setting(False, help="hf renderer: keep each model on the CPU until it runs (less GPU memory, slower)", flag="--offload")
-
-    def __post_init__(self):
-        self.check_fields()
 
 
 @dataclass(repr=False)
@@ -135,6 +76,8 @@ class BerniniOutput(PipelineOutput):
     video: np.ndarray = output_field("video")
     plan_tokens: np.ndarray | None = output_field("npy", default=None)
     plan_frames: list[int] | None = None  # the output frames the plan tokens describe (builtin), else None
+    # an edit's source clip as the pipeline read it (sampled and resized to the output), for the side-by-side picture
+    source_video: np.ndarray | None = output_field("none", default=None)
 
     def plan_picture(self) -> np.ndarray | None:
         """The plan tokens' three principal components as colours, per plan frame, above the output."""
@@ -142,10 +85,14 @@ class BerniniOutput(PipelineOutput):
 
         return None if self.plan_tokens is None else plan_picture(self.plan_tokens, self.video, self.plan_frames)
 
-    PICTURES = ('plan', 'frames')
+    PICTURES = ('plan', 'frames', 'source_and_result')
 
     def pictures(self) -> dict[str, np.ndarray | None]:
-        return {"plan": self.plan_picture(), "frames": _frame_sheet(self.video)}
+        """``plan``, ``frames`` and, for an edit, ``source_and_result``: the source's frames above the result's."""
+        from pipelines.bernini.viz import source_and_result
+
+        both = None if self.source_video is None else source_and_result(self.source_video, self.video)
+        return {"plan": self.plan_picture(), "frames": _frame_sheet(self.video), "source_and_result": both}
 
     def summary(self) -> dict[str, Any]:
         return {"prompt": self.prompt, "task": self.task, "frames": int(len(self.video)),
@@ -175,14 +122,7 @@ def _frame_sheet(video: np.ndarray, columns: int = 8) -> np.ndarray:
 
 
 class BerniniPipeline(Pipeline):
-    component_specs = {
-        "planner": ComponentSpec(Planner, "planners.semantic.loading:load_planner", optional=True,
-                                 help="semantic planner: 'builtin' or a Bernini planner folder (empty: render from the text alone)"),
-        "renderer": ComponentSpec(Renderer, "renderers.loading:load_renderer",
-                                  help="renderer: 'builtin' or a Bernini-R / Wan diffusers folder"),
-        "encoder": ComponentSpec(PlanEncoder, "planners.semantic.loading:load_plan_encoder", optional=True,
-                                 help="how the builtin planner reads prompts and sources ('builtin'; a Qwen-VL planner needs none)"),
-    }
+    component_specs = COMPONENT_SPECS
     config_class = BerniniConfig
     _callback_tensor_inputs = ("latents",)  # the renderer's; a callback may hand back new ones
 
@@ -383,7 +323,7 @@ class BerniniPipeline(Pipeline):
                   "width": width, **settings}
         out = BerniniOutput(prompt=prompt, task=task, seed=seed, cot_text=None if plan_out is None else plan_out.cot_text,
                             config=config, fps=12.0 if self.backend == "builtin" else 16.0, seconds={"inputs": t_in - t0, "plan": t_plan - t_in, "render": t_end - t_plan, "total": t_end - t0},
-                            video=clip, plan_tokens=tokens, plan_frames=plan_frames)
+                            video=clip, plan_tokens=tokens, plan_frames=plan_frames, source_video=source_video)
         return out.convert(output_type)
 
     def _plan(self, prompt: str, task: str, sources: list[np.ndarray], frames: int, height: int, width: int,

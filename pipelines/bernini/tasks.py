@@ -34,10 +34,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from core.errors import InputError
+from pipelines.bernini.config import RELEASES, TASKS  # declared with the config: its choices, without torch
 from renderers.guidance import GuidanceScales
 
-TASKS = ("t2v", "t2i", "i2v", "i2i", "v2v", "mv2v", "r2v", "rv2v", "ads2v")
-RELEASES = ("r", "v1", "v2", "builtin")
 MAX_REFERENCES = 5
 
 _TAKES = {"t2v": (False, False, False), "t2i": (False, False, False), "i2v": (False, True, False),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipelines.clear.pipeline import ClearOutput
-from pipelines.registry import Input, PipelineApp, saved_line
+from pipelines.registry import Input, PipelineApp, output_summary, saved_line
+
+if TYPE_CHECKING:  # the pipeline module imports torch: never at the top of an app module
+    from pipelines.clear.pipeline import ClearOutput
 
 EXAMPLES = """\
 examples:
@@ -64,6 +66,8 @@ APP = PipelineApp(
     verb="segment",
     name="clear",
     pipeline="pipelines.clear.pipeline:ClearPipeline",
+    config="pipelines.clear.config:ClearConfig",
+    specs="pipelines.clear.config:COMPONENT_SPECS",
     help="segment the object a query describes, through the whole video (CLEAR)",
     description="CLEAR: propose candidate objects, track them, choose the one the query means (checked by keeping only "
                 "it and by removing it), follow it with a fast tracker and re-anchor when an event monitor sees an "
@@ -71,7 +75,7 @@ APP = PipelineApp(
     inputs=(Input("video", "video file, folder of frames, or image", kind="video"),
             Input("query", "what to segment, e.g. 'the red circle that disappears first'")),
     run=run,
-    summarize=ClearOutput.summary,
+    summarize=output_summary,
     format=format_summary,
     components={"planner": "vlm", "tracker": "tracker", "proposer": "proposer"},
     defaults={"planner": "builtin", "tracker": "classic", "proposer": "classic"},

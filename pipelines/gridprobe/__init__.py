@@ -7,16 +7,29 @@ output), ``baselines`` (full-frame, uniform, random and encoder baselines sharin
 ``viz`` (heatmap and frame strip).
 """
 
-from pipelines.gridprobe.baselines import METHODS, Comparison, MethodResult, compare_methods
-from pipelines.gridprobe.frames import FrameSource
-from pipelines.gridprobe.grid import GridLayout
-from pipelines.gridprobe.pipeline import GridProbeConfig, GridProbeOutput, GridProbePipeline, Pool, ProbeResult
-from pipelines.gridprobe.selection import (SELECTORS, ShapeStats, budget_from_shape_strength, importance_map, rank_cells,
-                                           select_budget, select_positions, shape_adaptive_budget, shape_stats)
 
-__all__ = [
-    "GridProbePipeline", "GridProbeConfig", "GridProbeOutput", "Pool", "ProbeResult", "GridLayout", "FrameSource",
-    "importance_map", "shape_stats", "ShapeStats", "shape_adaptive_budget", "budget_from_shape_strength",
-    "select_budget", "select_positions", "rank_cells", "SELECTORS", "compare_methods", "Comparison", "MethodResult",
-    "METHODS",
-]
+from pipelines import lazy_exports
+
+# imported on first use: this package's config and app stay free of torch
+__getattr__, __all__ = lazy_exports("pipelines.gridprobe", {
+    "GridProbePipeline": "pipelines.gridprobe.pipeline",
+    "GridProbeConfig": "pipelines.gridprobe.config",
+    "GridProbeOutput": "pipelines.gridprobe.pipeline",
+    "Pool": "pipelines.gridprobe.pipeline",
+    "ProbeResult": "pipelines.gridprobe.pipeline",
+    "GridLayout": "pipelines.gridprobe.grid",
+    "FrameSource": "pipelines.gridprobe.frames",
+    "importance_map": "pipelines.gridprobe.selection",
+    "shape_stats": "pipelines.gridprobe.selection",
+    "ShapeStats": "pipelines.gridprobe.selection",
+    "shape_adaptive_budget": "pipelines.gridprobe.selection",
+    "budget_from_shape_strength": "pipelines.gridprobe.selection",
+    "select_budget": "pipelines.gridprobe.selection",
+    "select_positions": "pipelines.gridprobe.selection",
+    "rank_cells": "pipelines.gridprobe.selection",
+    "SELECTORS": "pipelines.gridprobe.selection",
+    "compare_methods": "pipelines.gridprobe.baselines",
+    "Comparison": "pipelines.gridprobe.baselines",
+    "MethodResult": "pipelines.gridprobe.baselines",
+    "METHODS": "pipelines.gridprobe.baselines",
+})

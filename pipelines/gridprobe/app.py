@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import InputError
-from pipelines.gridprobe.pipeline import GridProbeOutput, compute_phrase, format_summary
-from pipelines.registry import Input, PipelineApp
+from pipelines.registry import Input, PipelineApp, output_summary
+
+if TYPE_CHECKING:  # the pipeline module imports torch: never at the top of an app module
+    from pipelines.gridprobe.pipeline import GridProbeOutput
 
 EXAMPLES = """\
 examples:
@@ -34,8 +36,17 @@ def run(pipe: Any, inputs: dict, generator: Any = None, callback: Any = None) ->
     return pipe(inputs["video"], inputs["question"], list(options), generator=generator, callback_on_step_end=callback)
 
 
+def format_summary(s: dict) -> str:
+    """The human-readable form of ``GridProbeOutput.summary()`` (``pipelines.gridprobe.pipeline.format_summary``)."""
+    from pipelines.gridprobe.pipeline import format_summary as text
+
+    return text(s)
+
+
 def present(out: GridProbeOutput, s: dict) -> tuple:
     """The web tab's outputs: answer text, importance map, chosen frames, option chart, details."""
+    from pipelines.gridprobe.pipeline import compute_phrase
+
     t = s["tflops"]
     times = s.get("frame_times")
     text = (f"### {s['answer']}. {s['answer_text']}  (p = {s['posterior'][s['answer']]:.2f})\n\n"
@@ -69,6 +80,8 @@ APP = PipelineApp(
     verb="ask",
     name="gridprobe",
     pipeline="pipelines.gridprobe.pipeline:GridProbePipeline",
+    config="pipelines.gridprobe.config:GridProbeConfig",
+    specs="pipelines.gridprobe.config:COMPONENT_SPECS",
     help="answer a multiple-choice question about a video (GridProbe)",
     description="GridProbe: probe a KxK grid of K² uniformly sampled frames with 2K cheap passes (rows, columns), "
                 "build a frame-importance map from the answer posteriors, pick a per-question number of frames "
@@ -79,7 +92,7 @@ APP = PipelineApp(
         Input("options", "2 to 10 answer options, lettered A, B, ...", kind="texts"),
     ),
     run=run,
-    summarize=GridProbeOutput.summary,
+    summarize=output_summary,
     format=format_summary,
     components={"selector": "vlm", "answerer": "answerer"},
     defaults={"selector": "builtin"},

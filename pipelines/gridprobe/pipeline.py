@@ -19,109 +19,29 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import torch
 
 from core.errors import InputError
 from core.memory import check_allocation
-from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, json_safe, make_generator, output_field, setting
-from pipelines.gridprobe.frames import (OFFICIAL_PROBE_PIXELS, VideoInput, check_scale, check_size, fetch_frames,
-                                        official_probe_sizes, official_resize, open_frame_source, resize_frames,
-                                        scaled_size, thumbnails)
+from pipelines.base import Pipeline, PipelineOutput, json_safe, make_generator, output_field
+from pipelines.gridprobe.config import (  # noqa: F401  (the config and slots live torch-free in config.py; importable here too)
+    COMPONENT_SPECS,
+    PROBE_RESOLUTIONS,
+    VLM_LOADER,
+    GridProbeConfig,
+    ProbeModel,
+)
+from pipelines.gridprobe.frames import (VideoInput, check_scale, fetch_frames, official_probe_sizes, official_resize,
+                                        open_frame_source, resize_frames, scaled_size, thumbnails)
 from pipelines.gridprobe.grid import GridLayout
-from pipelines.gridprobe.selection import (SELECTORS, TIE_BREAKS, importance_map, select_budget, select_positions,
-                                           shape_stats)
+from pipelines.gridprobe.selection import importance_map, select_budget, select_positions, shape_stats
 from pipelines.gridprobe.viz import frame_labels, frame_strip, heatmap_image, posterior_chart
-from planners.protocol import OPTION_LETTERS, PROMPT_STYLES, check_options, format_mcq_prompt, peak_posterior
+from planners.protocol import OPTION_LETTERS, PROMPT_STYLES, check_options, format_mcq_prompt, peak_posterior  # noqa: F401  (PROMPT_STYLES: importable here as before)
 
-PROBE_RESOLUTIONS = ("scale",) + tuple(OFFICIAL_PROBE_PIXELS)
-VLM_LOADER = "planners.loading:load_vlm"
 MAX_TEXT_CHARS = 2000  # a question or option longer than this is a mistake (a pasted file), not a question
-
-
-@runtime_checkable
-class ProbeModel(Protocol):
-    """What GridProbe needs of a VLM (a slice of ``planners.protocol.VisionLanguageModel``): option
-    posteriors of a pass, and its analytic FLOPs for the compute accounting."""
-
-    def option_posterior(self, frames: np.ndarray, prompt: str, options: Sequence[str], relative_times: Sequence[float] | None = None) -> np.ndarray: ...
-
-    def flops(self, n_frames: int, prompt: str, frame_size: tuple[int, int] | None = None) -> float: ...
-
-
-@dataclass
-class GridProbeConfig(PipelineConfig):
-    """Settings of a GridProbe run; saved in ``pipeline.json`` and beside every output.
-
-    Each field's metadata (help, choices, range) is what ``atelier ask --help``, batch manifests and
-    the web tab show, so a new setting is declared once, here.
-
-    Args:
-        grid: K, the grid side; the pool holds K² frames and the probes cost 2K passes of K frames.
-            Default 12 (the README commands). [PROPOSED] prefer even K: Qwen-VL merges video frames
-            in temporal pairs, so an odd K pads every probe with a duplicated last frame (the
-            authors only used even K).
-        budget_rule: ``skew`` (the paper's shape-adaptive rule) or the reference's ablations
-            ``pr``, ``mean``, ``otsu``.
-        gamma: γ of the ``skew`` rule (scale of S) and the sharpening exponent of ``pr``. Default
-            3.0: the value behind the paper's worked examples (the README's 0.25 is never used by
-            the released code; see ``pipelines.gridprobe.selection``).
-        min_frames, max_frames: clip range of the budget (reference defaults 2 and None = K²).
-        tie_break: ``stable`` (the reference ranking) or ``spread`` (tied cells evenly over time;
-            our extension).
-        probe_scale / probe_size: probe resolution, a fraction of the source side or an explicit
-            ``(H, W)``. Default 0.5: the measured Pareto point (docs/BENCHMARKS.md: at 1/2 the
-            builtin model gains accuracy at 1.89x less compute than full-frame, while full-size
-            probes cost more than the full-frame pass itself); the paper's README runs use 1.0.
-        probe_resolution: ``scale`` (ours: ``probe_scale`` / ``probe_size`` with INTER_AREA), or the
-            official scripts' probe resolution, computed and resized the way qwen-vl-utils does
-            (``pipelines.gridprobe.frames.official_probe_sizes``) for the selector's patch size:
-            ``official`` = eval/two_stage_eval.py (``--max_video_pixels_probe 0``: qwen-vl-utils'
-            default video budget, aspect kept) and ``official_crossmodel`` =
-            eval/two_stage_eval_crossmodel.py (50176 px: a 224x224 square, aspect not kept);
-            ``probe_scale`` / ``probe_size`` are then unused.
-        focus_scale / focus_size: the focused pass's resolution (default: full size).
-        prompt_style: ``default`` (ours, lmms-eval wording), or the official code's ``videomme``
-            (Video-MME v1), ``videomme_v2`` or ``longvideobench`` prompt, character for character
-            (``planners.protocol.format_mcq_prompt``).
-        thumbnail_side: long side of the chosen frames kept in the output for inspection. [DEFAULT 256]
-    """
-
-    grid: int = setting(12, help="grid side K: K² frames in the pool, 2K probes", range=(2, 32), flag="-K")
-    budget_rule: str = setting("skew", help="how many frames the focused pass gets ('skew' is the paper's rule)", choices=tuple(SELECTORS))
-    gamma: float = setting(3.0, help="gamma of the budget rule", range=(1e-6, 100.0))
-    min_frames: int = setting(2, help="fewest frames for the focused pass", range=(1, None))
-    max_frames: int | None = setting(None, help="most frames for the focused pass (default K²)", range=(1, None))
-    tie_break: str = setting("stable", help="order of equally important frames ('stable' is the reference's)", choices=TIE_BREAKS)
-    probe_scale: float = setting(0.5, help="probe resolution as a fraction of the source side, in (0, 1]", range=(1e-3, 1.0))
-    probe_size: tuple[int, int] | None = setting(None, help="probe size (H, W) in pixels; overrides probe_scale")
-    probe_resolution: str = setting("scale", help="'scale' (probe_scale / probe_size) or the official scripts' probe resolution",
-                                    choices=PROBE_RESOLUTIONS)
-    focus_scale: float = setting(1.0, help="focused-pass resolution as a fraction of the source side", range=(1e-3, 1.0))
-    focus_size: tuple[int, int] | None = setting(None, help="focused-pass size (H, W) in pixels; overrides focus_scale")
-    prompt_style: str = setting("default", help="MCQ prompt wording (default: lmms-eval's; others: the official benchmark prompts)", choices=PROMPT_STYLES)
-    thumbnail_side: int = setting(256, help="long side in pixels of the chosen frames kept in the output", range=(8, 4096))
-
-    def __post_init__(self):
-        # pipeline.json stores tuples as lists
-        self.probe_size = tuple(self.probe_size) if isinstance(self.probe_size, list) else self.probe_size
-        self.focus_size = tuple(self.focus_size) if isinstance(self.focus_size, list) else self.focus_size
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ``InputError`` naming the first bad field."""
-        self.check_fields()  # types first: the rules below compare and compute with the values
-        layout = GridLayout(self.grid)
-        # the budget helpers own the gamma / min_frames / max_frames rules: ask them on a flat map
-        select_budget(self.budget_rule, np.ones(layout.size), self.gamma, self.min_frames, self.max_frames)
-        check_scale("probe_scale", self.probe_scale)
-        check_scale("focus_scale", self.focus_scale)
-        check_size("probe_size", self.probe_size)
-        check_size("focus_size", self.focus_size)
-        if not isinstance(self.thumbnail_side, int) or self.thumbnail_side < 8:
-            raise InputError("thumbnail_side", self.thumbnail_side, "use an integer >= 8 pixels")
 
 
 @dataclass
@@ -293,10 +213,7 @@ class GridProbePipeline(Pipeline):
         >>> out.answer, out.m_eff, out.tflops["reduction"]
     """
 
-    component_specs = {
-        "selector": ComponentSpec(ProbeModel, VLM_LOADER, help="VLM for the 2K probes"),
-        "answerer": ComponentSpec(ProbeModel, VLM_LOADER, optional=True, help="VLM for the focused pass (default: the selector)"),
-    }
+    component_specs = COMPONENT_SPECS
     config_class = GridProbeConfig
 
     def __init__(self, config: GridProbeConfig | None = None, *, selector: Any, answerer: Any | None = None):

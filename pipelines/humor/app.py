@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipelines.humor.pipeline import HumorOutput
-from pipelines.registry import Input, PipelineApp, saved_line
+from pipelines.registry import Input, PipelineApp, output_summary, saved_line
+
+if TYPE_CHECKING:  # the pipeline module imports torch: never at the top of an app module
+    from pipelines.humor.pipeline import HumorOutput
 
 EXAMPLES = """\
 examples:
@@ -77,6 +79,8 @@ APP = PipelineApp(
     verb="meme",
     name="humor",
     pipeline="pipelines.humor.pipeline:HumorPipeline",
+    config="pipelines.humor.config:HumorConfig",
+    specs="pipelines.humor.config:COMPONENT_SPECS",
     help="write memes for a template image by multi-path reasoning, ranked by a pairwise reward model (HUMOR)",
     description="HUMOR: the writer reasons about the template (its intent, several reasoning paths under different "
                 "contexts, the anchored one) and writes the text boxes; each meme is rendered on the image and a pairwise "
@@ -84,7 +88,7 @@ APP = PipelineApp(
     inputs=(Input("image", "the template: an image, or a video (its middle frame)", kind="image"),
             Input("topic", "what the meme should be about (optional), e.g. 'mondays'", flag="--topic", required=False)),
     run=run,
-    summarize=HumorOutput.summary,
+    summarize=output_summary,
     format=format_summary,
     components={"writer": "writer", "reward_model": "reward-model"},
     defaults={"writer": "builtin", "reward_model": "builtin"},

@@ -24,56 +24,23 @@ import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import torch
 
 from core.errors import InputError
-
-from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, generator_and_seed, output_field, setting
+from pipelines.base import Pipeline, PipelineOutput, generator_and_seed, output_field
+from pipelines.humor.config import (  # noqa: F401  (the config and slots live torch-free in config.py; importable here too)
+    COMPONENT_SPECS,
+    MAX_MEMES,
+    HumorConfig,
+    RewardSlot,
+    WriterSlot,
+)
 
 NUM_BOXES = 2  # worldgen's templates and the classic top / bottom layout
-MAX_MEMES = 16
 MAX_SIDE = 1024  # the rendered meme's longer side at most
-
-
-@runtime_checkable
-class WriterSlot(Protocol):
-    def write(self, *args: Any, **kwargs: Any) -> Any: ...
-
-
-@runtime_checkable
-class RewardSlot(Protocol):
-    def prefer(self, *args: Any, **kwargs: Any) -> Any: ...
-
-
-@dataclass
-class HumorConfig(PipelineConfig):
-    """Settings of a meme call."""
-
-    num_memes: int = setting(4, help="memes to write and rank", range=(1, MAX_MEMES), flag="-n")
-    style: str = setting("atelier", choices=("atelier", "official"),
-                         help="writer prompt and meme rendering: ours, or the published LightRFT ones (generate_meme.txt; "
-                              "banners, DejaVu Sans, luminance-based text colour) for an officially trained writer; the "
-                              "builtin writer refuses it")
-    num_paths: int = setting(3, help="reasoning paths explored before anchoring on one (spec b.2's K; 1: single path, "
-                                     "0: the caption alone, no reasoning)", range=(0, 8))
-    temperature: float = setting(1.0, help="sampling temperature of the writer (the published RL rollouts use 1.0)", range=(0.05, 2.0))
-    # 0.95 measured on 30 VAL scenes x 8 samples (docs/BENCHMARKS.md, "HUMOR"): at 1.0 the builtin writer's rare
-    # tokens break the K = 3 schema in a third of its samples (readable 67%); 0.95 reads 98% at equal preference
-    top_p: float = setting(0.95, help="nucleus mass kept when sampling (1: every token; 0.95 keeps the reasoning "
-                                      "readable, measured)", range=(0.05, 1.0))
-    ranking: str = setting("borda", help="how the group is ordered from the pairwise preferences: borda (counts) or "
-                                          "bradley_terry (fitted strengths)", choices=("borda", "bradley_terry"))
-    # 5 measured on 16 TEST scenes with the RL writer (it repeats itself more than the SFT one): 4 memes asked, all 4
-    # returned in 94% of calls (3 rounds: 81%); extra rounds cost time only when a round comes up short
-    max_rounds: int = setting(5, help="rounds of sampling: after the first, each round draws twice the memes still missing "
-                                      "(a sample may be unreadable or repeat one already kept)", range=(1, 10))
-    meme_size: int = setting(384, help="a small image is enlarged to this shorter side (pixel-sharp) before the text goes on", range=(64, 1024))
-
-    def __post_init__(self):
-        self.check_fields()
 
 
 @dataclass(repr=False)
@@ -143,12 +110,7 @@ def display_image(image: np.ndarray, meme_size: int) -> np.ndarray:
 
 
 class HumorPipeline(Pipeline):
-    component_specs = {
-        "writer": ComponentSpec(WriterSlot, "planners.meme_lm:load_meme_writer",
-                                help="meme writer (a VLM checkpoint is asked with the published CoT schema)"),
-        "reward_model": ComponentSpec(RewardSlot, "planners.meme_reward:load_reward_model",
-                                      help="pairwise reward model (a VLM checkpoint without a trained head judges with the published prompt)"),
-    }
+    component_specs = COMPONENT_SPECS
     config_class = HumorConfig
 
     def _parse(self, text: str) -> dict:
@@ -182,6 +144,10 @@ class HumorPipeline(Pipeline):
                                                        "pass --writer with a VLM checkpoint, or --style atelier")
                 texts = self.writer.write(image, topic, c.num_paths, draw, num_boxes=NUM_BOXES, temperature=c.temperature,
                                           top_p=c.top_p, generator=gen, **styled)
+                if c.anchored_boxes and c.num_paths:
+                    from planners.meme_cot import anchor_boxes
+
+                    texts = [anchor_boxes(t, NUM_BOXES) for t in texts]
                 for text in texts:
                     try:
                         item = self._parse(text)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import InputError
-from pipelines.latent_reasoning.pipeline import LatentReasoningOutput
-from pipelines.registry import Input, PipelineApp, saved_line
+from pipelines.registry import Input, PipelineApp, output_summary, saved_line
+
+if TYPE_CHECKING:  # the pipeline module imports torch: never at the top of an app module
+    from pipelines.latent_reasoning.pipeline import LatentReasoningOutput
 
 EXAMPLES = """\
 examples:
@@ -65,6 +67,8 @@ APP = PipelineApp(
     verb="reason",
     name="latent_reasoning",
     pipeline="pipelines.latent_reasoning.pipeline:LatentReasoningPipeline",
+    config="pipelines.latent_reasoning.config:LatentReasoningConfig",
+    specs="pipelines.latent_reasoning.config:COMPONENT_SPECS",
     help="answer a multiple-choice question about a large image after K latent reasoning slots (GeLVR)",
     description="Latent visual reasoning (GeLVR + GePO): the model reads the image and the question, emits <start>, then "
                 "thinks in K continuous latent slots (each its own last hidden state fed back) that point at the evidence, "
@@ -73,7 +77,7 @@ APP = PipelineApp(
             Input("question", "the question", flag="-q"),
             Input("options", "2 to 8 answer options", kind="texts")),
     run=run,
-    summarize=LatentReasoningOutput.summary,
+    summarize=output_summary,
     format=format_summary,
     components={"reasoner": "reasoner"},
     defaults={"reasoner": "builtin"},

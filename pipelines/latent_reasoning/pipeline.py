@@ -20,33 +20,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
-from pipelines.base import ComponentSpec, Pipeline, PipelineConfig, PipelineOutput, output_field, setting
-from planners.latent import MAX_SLOTS
+from pipelines.base import Pipeline, PipelineOutput, output_field
+from pipelines.latent_reasoning.config import (  # noqa: F401  (the config and slot live torch-free in config.py; importable here too)
+    COMPONENT_SPECS,
+    LatentReasoningConfig,
+    ReasonerSlot,
+)
+from planners.latent import MAX_SLOTS  # noqa: F401  (importable here as before; config.py repeats it without torch)
 
 MAX_PIXELS = 4096 * 4096
-
-
-@runtime_checkable
-class ReasonerSlot(Protocol):
-    def answer(self, *args: Any, **kwargs: Any) -> Any: ...
-
-
-@dataclass
-class LatentReasoningConfig(PipelineConfig):
-    """Settings of a reasoning call."""
-
-    num_slots: int | None = setting(None, help="latent slots K between the question and the answer (empty: the K the reasoner "
-                                               "was trained with; 0: answer directly, no slots)", range=(0, MAX_SLOTS))
-    tau: float = setting(0.07, help="temperature of the slot-to-image maps (spec B.2's tau)", range=(0.005, 1.0))
-    region_mass: float = setting(0.5, help="the zoomed region covers the cells holding this share of the slots' mean map",
-                                 range=(0.05, 1.0))
-
-    def __post_init__(self):
-        self.check_fields()
 
 
 @dataclass(repr=False)
@@ -123,10 +109,7 @@ def found_region(attention: np.ndarray, shape: tuple[int, ...], mass: float) -> 
 
 
 class LatentReasoningPipeline(Pipeline):
-    component_specs = {
-        "reasoner": ComponentSpec(ReasonerSlot, "planners.latent:load_latent_reasoner",
-                                  help="latent reasoner (a VLM checkpoint gets the latent-slot tokens added)"),
-    }
+    component_specs = COMPONENT_SPECS
     config_class = LatentReasoningConfig
 
     def __call__(self, image: Any, question: str, options: list[str], *, generator: Any = None,
