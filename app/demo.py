@@ -113,7 +113,7 @@ def _media(verb: str, it, s: dict) -> tuple[list[str], list[str]]:
         "ask": (pick("importance_map.png", "selected_frames.png"), source),
         "segment": (pick("marks.png", "timeline.png"), pick("overlay.mp4")),
         "generate": (pick("plan.png", "frames.png"), pick("video.mp4")),
-        "edit": (pick("plan.png", "frames.png"), source + pick("video.mp4")),
+        "edit": (pick("source_and_result.png", "plan.png"), source + pick("video.mp4")),
         "motion": (pick("side_by_side.png"), source + pick("video.mp4")),
         "meme": (pick("gallery.png"), []),
         "reason": (pick("slots.png"), []),

@@ -12,6 +12,8 @@ index as the seed:
 - ``no_plan``: the same pipeline with ``plan=False`` (the renderer from the text alone: Bernini-R);
 - ``oracle_plan``: the renderer decoding the ground-truth plan (the target's own ViT tokens): the
   ceiling a perfect planner would reach with this renderer;
+- ``layout_oracle`` (a layout planner only, ``planners.semantic.layout_planner``): the renderer decoding the plan
+  the planner's painter paints from the true layout (worldgen's record): the pipeline with a perfect layout writer;
 - ``no_guidance``: the pipeline with the renderer's guidance scale 1 (the conditional prediction alone);
 - ``plan_rerank``: the pipeline keeping the best of ``--plan-candidates`` sampled plans by their match to the prompt
   (``BerniniConfig.plan_candidates`` [PROPOSED]);
@@ -48,14 +50,14 @@ from benchmarks.common import (ArgumentsDiffer, RowLog, accuracy_cell, add_shard
                                merge_rows, paired_bootstrap, paired_cell, write_results)
 
 logger = logging.getLogger("benchmarks.bernini")
-METHODS = ("bernini", "no_plan", "oracle_plan", "no_guidance", "plan_rerank", "plain_rope", "copy_source")
+METHODS = ("bernini", "no_plan", "oracle_plan", "layout_oracle", "no_guidance", "plan_rerank", "plain_rope", "copy_source")
 # the attribute an edit kind asks to change, as the judge reads it (change_background: none it reads)
 ASKED = {"recolor": "color", "reshape": "shape", "resize": "size", "change_motion": "direction"}
 ATTRIBUTES = ("color", "shape", "direction", "size")
 PSNR_CAP = 60.0
 # per-attribute paired comparisons: the planner's effect, the renderer's plan conditioning (a perfect plan against
 # none), guidance, and SA-3D
-ATTRIBUTE_PAIRS = (("bernini", "no_plan"), ("oracle_plan", "no_plan"), ("bernini", "no_guidance"), ("plan_rerank", "bernini"),
+ATTRIBUTE_PAIRS = (("bernini", "no_plan"), ("oracle_plan", "no_plan"), ("layout_oracle", "bernini"), ("bernini", "no_guidance"), ("plan_rerank", "bernini"),
                    ("bernini", "plain_rope"))
 
 
@@ -72,13 +74,30 @@ def build_pipelines(args) -> dict:
     return pipes
 
 
-def render(method: str, pool, i: int, pipes: dict) -> np.ndarray:
+def painted_true_layout(planner, pool, i: int, split: str, split_seed: int) -> np.ndarray:
+    """The plan a layout planner's painter paints from item ``i``'s true layout."""
+    import torch
+
+    from training.bernini_layout import item_layout
+
+    if not hasattr(planner, "painter"):
+        raise SystemExit("error: --methods layout_oracle needs a layout planner (--planner builtin or a layout-planner folder)")
+    layout = item_layout(pool.task, split, split_seed, int(pool.index[i]), pool.cfg, planner.vocab.cells)
+    src = torch.from_numpy(pool.source_tokens[i : i + 1].astype(np.float32)) if pool.task == "v2v" else None
+    with torch.no_grad():
+        return planner.painter([layout], *pool.plan.shape[1:4], src)[0].numpy()
+
+
+def render(method: str, pool, i: int, pipes: dict, split: str = "test", split_seed: int = 0) -> np.ndarray:
     task, seed = pool.task, int(pool.index[i])
     renderer = pipes["bernini"].renderer
     if method == "copy_source":
         return pool.source[i]
     if method == "oracle_plan":
         return renderer.generate(pool.plan[i].astype(np.float32), pool.text[i], sources=pool.sources(i), generator=seed)
+    if method == "layout_oracle":
+        plan = painted_true_layout(pipes["bernini"].planner, pool, i, split, split_seed)
+        return renderer.generate(plan, pool.text[i], sources=pool.sources(i), generator=seed)
     kw = {"video": pool.source[i]} if task == "v2v" else {"references": pool.references(i)} if task == "r2v" else {}
     if method == "plain_rope":
         renderer.config.segment_rope = False
@@ -151,7 +170,7 @@ def run(args) -> list[dict]:
         task, i, method = key.split(":")
         i, pool = int(i), pools[task]
         t0 = time.perf_counter()
-        frames = render(method, pool, i, pipes)
+        frames = render(method, pool, i, pipes, args.split, args.seed)
         seconds = time.perf_counter() - t0
         row = {"key": key, "item": i, "task": task, "method": method, "level": int(pool.level[i]), "text": pool.text[i],
                "n_refs": int(pool.n_refs[i]) if pool.n_refs is not None else 0,

@@ -59,6 +59,9 @@ def test_edit_and_reference_verbs_in_a_batch(clip, tmp_path):
     assert "1 to 5" in status["six"]["error"]
     tasks = {k: json.loads((tmp_path / "out" / k / "result.json").read_text())["task"] for k in ("edit", "rv2v", "r2v")}
     assert tasks == {"edit": "v2v", "rv2v": "rv2v", "r2v": "r2v"}
+    # an edit saves its source above its result; a generation has no source to show
+    assert (tmp_path / "out" / "edit" / "bernini" / "source_and_result.png").is_file()
+    assert not (tmp_path / "out" / "r2v" / "bernini" / "source_and_result.png").exists()
 
 
 def test_web_run_shows_previews_then_the_result():

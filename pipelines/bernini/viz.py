@@ -1,4 +1,5 @@
-"""Pictures of a Bernini output: the plan's ViT tokens as colours above the frames they describe."""
+"""Pictures of a Bernini output: the plan's ViT tokens as colours above the frames they describe; an edit's source
+above its result."""
 
 from __future__ import annotations
 
@@ -35,4 +36,16 @@ def plan_picture(tokens: np.ndarray, video: np.ndarray, plan_frames: list[int] |
         h, w = top[0].shape[:2]
         bottom = [draw_caption(resize_frames(video[i][None], (h, w), "nearest")[0], f"frame {i}", "top") for i in plan_frames]
         rows.append(np.concatenate(bottom, 1))
+    return np.concatenate(rows, 0)
+
+
+def source_and_result(source: np.ndarray, video: np.ndarray, count: int = 4) -> np.ndarray:
+    """Two rows of ``count`` evenly spaced frames, labelled: the edit's source clip, then the result at the same
+    frame numbers (the source is sampled to the output's length, so frame i of each is the same moment)."""
+    n = min(len(source), len(video))
+    picks = sorted({int(round(k * (n - 1) / max(count - 1, 1))) for k in range(count)})
+    h, w = video.shape[1:3]
+    size = (CELL, max(1, CELL * w // h))
+    rows = [np.concatenate([draw_caption(resize_frames(clip[i][None], size, "nearest")[0], f"{name} {i}", "top") for i in picks], 1)
+            for name, clip in (("source", source), ("result", video))]
     return np.concatenate(rows, 0)

@@ -25,11 +25,26 @@ def _model_of(path: Path) -> Any:
     return raw if isinstance(raw, dict) else None
 
 
+def _saved_planner(path: Path, device: Any, dtype: Any) -> Any:
+    """The planner a folder's config.json names (``semantic-planner`` or the builtin ``layout-planner``), or None."""
+    from planners.semantic.layout_planner import MODEL_NAME as LAYOUT, LayoutPlanner
+    from planners.semantic.planner import MODEL_NAME, SemanticPlanner
+
+    model = (_model_of(path) or {}).get("model")
+    if model == MODEL_NAME:
+        return SemanticPlanner.from_pretrained(path, device=device, dtype=dtype)
+    if model == LAYOUT:
+        return LayoutPlanner.from_pretrained(path, device=device)
+    return None
+
+
 def load_planner(spec: str | Path = "builtin", device: Any = None, dtype: Any = None, trust_remote_code: bool = False,
                  **_: Any) -> Any:
-    """A ``SemanticPlanner`` for ``spec``: ``builtin``, a saved planner folder (or one in ``planner/``), or the
-    official ``Bernini-Diffusers`` / ``-v2`` folder (``bernini/`` shards + ``mllm/``, ``planners.semantic.official``)."""
-    from planners.semantic.planner import MODEL_NAME, SemanticPlanner
+    """The planner for ``spec``: ``builtin`` (weights/builtin/planner), a saved planner folder (``SemanticPlanner`` or the
+    builtin ``LayoutPlanner``, as its config.json names it, or one in ``planner/``), or the official
+    ``Bernini-Diffusers`` / ``-v2`` folder (``bernini/`` shards + ``mllm/``, ``planners.semantic.official``)."""
+    from planners.semantic.layout_planner import MODEL_NAME as LAYOUT
+    from planners.semantic.planner import MODEL_NAME
 
     if not isinstance(spec, (str, Path)) or not str(spec).strip():
         raise InputError("planner", spec, "pass 'builtin' or a planner folder")
@@ -37,7 +52,10 @@ def load_planner(spec: str | Path = "builtin", device: Any = None, dtype: Any = 
         if not (PLANNER_DIR / "model.safetensors").is_file():
             raise InputError("planner", "builtin", "the builtin planner's weights are missing from weights/builtin/planner; "
                                                    "restore them from git or train them with `make weights`")
-        return SemanticPlanner.from_pretrained(PLANNER_DIR, device=device, dtype=dtype)
+        planner = _saved_planner(PLANNER_DIR, device, dtype)
+        if planner is None:
+            raise InputError("planner", "builtin", "weights/builtin/planner/config.json names no planner; restore it from git")
+        return planner
     path = Path(spec).expanduser()
     if not path.is_dir():
         raise InputError("planner", str(spec), "no such folder; pass 'builtin' or a planner folder")
@@ -48,14 +66,14 @@ def load_planner(spec: str | Path = "builtin", device: Any = None, dtype: Any = 
 
         return load_official_planner(path, device=device, dtype=dtype)
     for candidate in (path, path / "planner"):
-        cfg = _model_of(candidate)
-        if cfg is not None and cfg.get("model") == MODEL_NAME:
-            return SemanticPlanner.from_pretrained(candidate, device=device, dtype=dtype)
+        planner = _saved_planner(candidate, device, dtype)
+        if planner is not None:
+            return planner
     cfg = _model_of(path) or {}
     if "qwen" in str(cfg.get("model_type", "")):
         raise InputError("planner", str(spec), "a bare Qwen-VL checkpoint has no plan head (mask tokens, connectors, flow head); "
                                                "pass a Bernini planner folder, or run without one (--no-plan)")
-    raise InputError("planner", str(spec), f"no {MODEL_NAME} config.json here or in planner/")
+    raise InputError("planner", str(spec), f"no {MODEL_NAME} or {LAYOUT} config.json here or in planner/")
 
 
 def load_plan_encoder(spec: str | Path = "builtin", device: Any = None, dtype: Any = None, trust_remote_code: bool = False,

@@ -1,0 +1,118 @@
+"""The builtin Bernini layout planner: its token grammar, the layouts training reads from worldgen, and the
+planner's plan() as the pipeline calls it (tiny random weights)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from core.errors import InputError
+from planners.semantic.layout_planner import LayoutPlanner, LayoutPlannerConfig
+from planners.semantic.layout_tokens import BOS, EOS, LayoutObject, SceneLayout
+from planners.semantic.planner import PlanRequest
+from planners.semantic.layout import VisualTokens
+from training.bernini_data import DataConfig, world_sample
+from training.bernini_layout import item_layout, layout_vocab
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return layout_vocab()
+
+
+def test_a_layout_round_trips_through_its_tokens(vocab):
+    lay = SceneLayout("checker", "dark green", [LayoutObject("red", "star", "large", "linear", [17, 18, None, 20]),
+                                                 LayoutObject("blue", "person", "small", "static", [200, 200, 200, 200])])
+    ids = vocab.encode(lay)
+    assert ids[0] == BOS and ids[-1] == EOS and len(ids) == 1 + 2 + 2 * vocab.object_length + 1
+    assert vocab.decode(ids) == lay
+    assert "red star" in lay.text() and "absent" in lay.text() and "(1, 1)" in lay.text()
+
+
+def test_the_grammar_allows_one_field_per_position_and_ends_only_between_objects(vocab):
+    a, b, eos = vocab.allowed(3)  # the first object's colour: no empty layout
+    assert (a, b) == vocab.offsets["color"] and not eos
+    a, b, eos = vocab.allowed(3 + vocab.object_length)  # the second object's colour, or the end
+    assert (a, b) == vocab.offsets["color"] and eos
+    assert vocab.allowed(3 + vocab.max_objects * vocab.object_length)[:2] == (EOS, EOS + 1)
+    with pytest.raises(InputError, match="color"):
+        vocab.encode(SceneLayout("solid", "dark grey", [LayoutObject("mauve", "star", "large", "linear", [0, 0, 0, 0])]))
+
+
+@pytest.mark.parametrize("task", ["t2v", "v2v", "r2v"])
+def test_training_layouts_follow_what_the_text_names(task):
+    cfg = DataConfig()
+    for index in range(3):
+        lay = item_layout(task, "val", 0, index, cfg)
+        rec = world_sample(task, "val", 0, index, cfg).record
+        if task == "t2v":  # the caption names the world's first objects, in order
+            named = [(o["color"], o["shape"]) for o in rec["attributes"]["objects"]]
+        elif task == "r2v":  # the references come first, in prompt order
+            named = [(r["color"], r["shape"]) for r in rec["references"]]
+        else:  # an edit's target world, in the source's order
+            named = [(o["color"], o["shape"]) for o in rec["target_world"]["objects"]][:6]
+        assert [(o.color, o.shape) for o in lay.objects[: len(named)]] == named
+
+
+def _tiny():
+    torch.manual_seed(0)
+    return LayoutPlanner(LayoutPlannerConfig(layout_vocab=layout_vocab().to_dict(), width=32, depth=1, heads=2, painter_fine=16, painter_width=16,
+                                             painter_depth=1)).eval()
+
+
+def test_plan_writes_a_layout_then_paints_the_plan_grid(tmp_path):
+    planner = _tiny()
+    text = torch.randn(5, 384)
+    source = VisualTokens(torch.randn(4, 8, 8, 192), "video")
+    steps = []
+    for task, sources in (("t2v", []), ("v2v", [source]), ("r2v", [VisualTokens(torch.randn(1, 8, 8, 192), "image")] * 2)):
+        out = planner.plan(PlanRequest(prompt_embeds=text, task=task, sources=sources), grid=(4, 8, 8), generator=3,
+                           callback=lambda s, info: steps.append(s))
+        assert out.tokens.shape == (4, 8, 8, 192)
+        assert out.cot_text.startswith("background: ") and out.layout.objects
+    assert steps and steps[0] == 0
+    # a saved planner reloads and, from the same seed, writes the same layout and plan
+    planner.save_pretrained(tmp_path / "p")
+    again = LayoutPlanner.from_pretrained(tmp_path / "p")
+    a = planner.plan(PlanRequest(prompt_embeds=text), grid=(4, 8, 8), generator=5)
+    b = again.plan(PlanRequest(prompt_embeds=text), grid=(4, 8, 8), generator=5)
+    assert a.cot_text == b.cot_text and torch.equal(a.tokens, b.tokens)
+
+
+def test_plan_refuses_a_task_it_was_not_trained_for():
+    with pytest.raises(InputError, match="task"):
+        _tiny().plan(PlanRequest(prompt_embeds=torch.randn(3, 384), task="ads2v"), grid=(4, 8, 8))
+
+
+def test_the_bernini_pipeline_runs_a_layout_planner_and_saves_it(tmp_path):
+    from pipelines.bernini import BerniniPipeline
+    from planners.semantic.encoder import BuiltinPlanEncoder
+    from renderers.builtin import BuiltinRenderer, BuiltinRendererConfig
+
+    torch.manual_seed(0)
+    renderer = BuiltinRenderer(BuiltinRendererConfig(width=32, depth=1, heads=2, steps=2)).eval()
+    pipe = BerniniPipeline(planner=_tiny(), renderer=renderer, encoder=BuiltinPlanEncoder.from_pretrained())
+    pipe.set_progress_bar_config(disable=True)
+    clip = (torch.rand(16, 64, 64, 3) * 255).to(torch.uint8).numpy()
+    for kw in ({}, {"video": clip}, {"references": [clip[0], clip[1]]}):
+        out = pipe("a red star moves to the left", generator=1, **kw)
+        assert out.video.shape == (16, 64, 64, 3) and out.plan_tokens.shape == (4, 8, 8, 192)
+        assert out.cot_text.startswith("background: ")
+    pipe.save_pretrained(tmp_path / "pipe")
+    again = BerniniPipeline.from_pretrained(tmp_path / "pipe")
+    again.set_progress_bar_config(disable=True)
+    assert type(again.planner).__name__ == "LayoutPlanner"
+    a, b = pipe("a red star moves to the left", generator=2), again("a red star moves to the left", generator=2)
+    assert a.cot_text == b.cot_text and np.array_equal(a.video, b.video)
+
+
+def test_places_after_the_first_are_written_as_moves(vocab):
+    left = vocab._moves([20, 19, 18, 17])  # one cell to the left on each plan frame
+    assert len(set(left[1:])) == 1 and left[1] == vocab.move_id((-1, 0))
+    assert vocab._cells(left) == [20, 19, 18, 17]
+    # an object that appears late moves from the canvas centre; a jump beyond the move radius is clipped
+    n, r = vocab.cells, vocab.move_radius
+    centre = (n // 2) * n + n // 2
+    assert vocab._cells(vocab._moves([None, centre + 2, None, centre + 3])) == [None, centre + 2, None, centre + 3]
+    assert vocab._cells(vocab._moves([0, n - 1, n - 1, n - 1]))[1] == r
