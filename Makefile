@@ -48,10 +48,11 @@ weights: $(STAMP)
 	$(PY) -m training.instances --out weights/builtin/instances
 	$(PY) -m training.skeleton_planner --out weights/builtin/skeleton_planner
 	$(PY) -m training.motion_renderer --out weights/builtin/motion_renderer
-	$(PY) -m training.humor_sft --out outputs/train/humor_sft_base
-	$(PY) -m training.humor_sft --base outputs/train/humor_sft_base --steps 300 --lr 5e-4 --name-slots --out weights/builtin/meme_writer_sft
-	$(PY) -m training.humor_rm --out weights/builtin/meme_rm
-	$(PY) -m training.humor_rl --sft weights/builtin/meme_writer_sft --reward-model weights/builtin/meme_rm --out weights/builtin/meme_writer
+	# HUMOR: the shipped recipe pins its data (four templates, no topic slot); the recipes' defaults are newer (docs/humor.md)
+	$(PY) -m training.humor_sft --out outputs/train/humor_sft_base --hold-out crowd,hide --no-topic-slot --topic-rate 0.25
+	$(PY) -m training.humor_sft --base outputs/train/humor_sft_base --steps 300 --lr 5e-4 --name-slots --no-topic-slot --topic-rate 0.25 --hold-out crowd,hide --out weights/builtin/meme_writer_sft
+	$(PY) -m training.humor_rm --hold-out crowd,hide --out weights/builtin/meme_rm
+	$(PY) -m training.humor_rl --sft weights/builtin/meme_writer_sft --reward-model weights/builtin/meme_rm --hold-out crowd,hide --out weights/builtin/meme_writer
 	$(PY) -m training.gelvr_sft --variant full --image-tokens objects --lambda-pointer 1.0 --object-reads symbols --image-positions shared --answer-pointer --steps 750 --eval-every 250 --out weights/builtin/latent_reasoner_sft
 	$(PY) -m training.gelvr_rl --init weights/builtin/latent_reasoner_sft --out weights/builtin/latent_reasoner
 

@@ -1,16 +1,27 @@
 """HUMOR on held-out worldgen meme scenes, judged by the hidden preference (``scorers.preference``).
 
-For each TEST scene (``--split val`` for choosing between runs; seen and held-out templates; ``training.humor_data.HELD_OUT_TEMPLATES`` never appear in
-training) every method samples ``--samples`` memes with the same seed, and each sample is graded: format
-validity, win rate against the scene's own human memes (the reference set) and mean preference of the readable
-ones, the win rate of the one the reward model ranks first (what a user sees as #1), diversity (distinct
-captions, distinct-1 / -2, ideas explored by the reasoning paths). Methods:
+For each TEST scene (``--split val`` for choosing between runs; the "held-out" columns are the study's templates
+``training.humor_data.HELD_OUT_TEMPLATES``, crowd and hide, kept out of the shipped models' training) every method samples
+``--samples`` memes with the same seed, and each sample is graded: format validity, win rate against the scene's own
+human memes (the reference set) and mean preference of the readable ones, the win rate of the one the reward model
+ranks first (what a user sees as #1), diversity (distinct captions, distinct-1 / -2, ideas explored by the reasoning
+paths). And, per readable sample: ``topic``, whether its boxes contain the scene's topic word (the first
+``training.humor_data.scene_topics`` word: a word of its human memes; asked with it by the ``*_topic`` methods, without
+by the others); ``anchored``, whether its boxes equal the anchored path's quoted caption; ``consistent``, whether the
+template its description names has the intent its usage-scenarios section names (a CoT that splices two templates'
+notes does not); ``described``, whether that template is the scene's. Methods:
 
 - ``direct``: the SFT writer asked for the caption only (no CoT);
 - ``single``: the SFT writer, one reasoning path;
 - ``multi``: the SFT writer, K = 3 paths then anchoring (HUMOR's SFT stage);
 - ``rl``: the writer after group RL with the pairwise reward (``--rl``);
-- ``rl_pointwise``: the writer after RL with a pointwise reward instead (``--rl-pointwise``).
+- ``rl_pointwise``: the writer after RL with a pointwise reward instead (``--rl-pointwise``);
+- ``multi_topic`` / ``rl_topic``: ``multi`` / ``rl`` asked with the scene's topic word;
+- ``multi_anchored`` / ``rl_anchored``: ``multi`` / ``rl``'s very samples with anchored boxes
+  (``planners.meme_cot.anchor_boxes``, the pipeline's ``anchored_boxes`` setting [PROPOSED]).
+
+``--versus DIR``: another run's rows on the same scenes (e.g. the writers shipped before): each method present in
+both is compared, paired by scene.
 
 Row ``rm`` per scene: the reward model's pairwise accuracy against the noise-free preference over the scene's
 human memes. ``--curve RUN`` instead grades the SFT writer and each checkpoint of an RL run (K = 3) for the
@@ -18,6 +29,7 @@ plot of preference against RL steps. Resumable (``rows.jsonl``), shardable (``--
 
     python -m benchmarks.humor --n 120 --out outputs/bench/humor
     python -m benchmarks.humor --curve outputs/train/humor_rl --n 40 --out outputs/bench/humor_curve
+    python -m benchmarks.humor --n 90 --methods multi,rl --sft NEW_SFT --rl NEW_RL --versus outputs/bench/humor_old --out outputs/bench/humor_new
 """
 
 from __future__ import annotations
@@ -34,8 +46,14 @@ from benchmarks.common import (RowLog, add_shard_arguments, command_line, group_
                                paired_bootstrap, paired_cell, write_results)
 
 logger = logging.getLogger("benchmarks.humor")
-METHODS = {"direct": ("sft", 0), "single": ("sft", 1), "multi": ("sft", 3), "rl": ("rl", 3), "rl_pointwise": ("rl_pointwise", 3)}
+# method: (writer, K, asked with the scene's topic, anchored boxes)
+METHODS = {"direct": ("sft", 0, False, False), "single": ("sft", 1, False, False), "multi": ("sft", 3, False, False),
+           "rl": ("rl", 3, False, False), "rl_pointwise": ("rl_pointwise", 3, False, False),
+           "multi_topic": ("sft", 3, True, False), "rl_topic": ("rl", 3, True, False),
+           "multi_anchored": ("sft", 3, False, True), "rl_anchored": ("rl", 3, False, True)}
 FIELDS = ("valid", "win", "preference", "top1_win", "distinct_captions", "distinct_1", "distinct_2", "ideas")
+# shares of readable samples (NaN where a row has none, e.g. the CoT fields of caption-only samples)
+SHARES = ("topic", "anchored", "consistent", "described")
 
 
 def _writers(args, names):
@@ -45,14 +63,52 @@ def _writers(args, names):
     return {n: load_meme_writer(folders[n]) for n in names}
 
 
-def grade(writer, rm, scene, num_paths: int, samples: int, seed: int, temperature: float = 1.0, top_p: float = 1.0) -> dict:
+def cot_checks(texts: list[str], num_paths: int, scene, topic: str | None) -> dict:
+    """The shares ``SHARES`` over the readable samples of ``texts`` (module docstring)."""
+    import re
+
+    from planners.meme_cot import MemeFormatError, anchored_caption, parse_meme_cot, read_boxes
+    from planners.meme_lm import mentions_topic
+    from worldgen.tasks.meme import TEMPLATES
+
+    hits = {k: [] for k in SHARES}
+    for t in texts:
+        try:
+            if num_paths == 0:
+                hits["topic"].append(mentions_topic(topic, read_boxes(t, 2)))
+                continue
+            cot = parse_meme_cot(t, 2, num_paths)
+        except MemeFormatError:
+            continue
+        hits["topic"].append(mentions_topic(topic, cot.text_on_meme))
+        hits["anchored"].append([b.lower() for b in cot.text_on_meme] == [b.lower() for b in anchored_caption(cot) or []])
+        named = re.search(r"\b(\w+) scene\b", cot.description)
+        template = named.group(1).lower() if named else None
+        intent = cot.usage_scenarios.split(":")[0].strip().lower()
+        hits["consistent"].append(template in TEMPLATES and TEMPLATES[template][0] == intent)
+        hits["described"].append(template == scene.template)
+    return {k: float(np.mean(v)) if v else float("nan") for k, v in hits.items()}
+
+
+def grade(writer, rm, scene, num_paths: int, samples: int, seed: int, temperature: float = 1.0, top_p: float = 1.0,
+          topic: bool = False, anchored: bool = False, texts: list[str] | None = None) -> dict:
+    """One scene's grades for one method; ``texts``: the samples already drawn (the anchored methods reuse their
+    base method's)."""
     import torch
 
+    from planners.meme_cot import anchor_boxes
     from scorers.preference import grade_samples, pairwise_accuracy, preference, win_rate
+    from training.humor_data import scene_topics
 
-    texts = writer.write(scene.still, None, num_paths, samples, temperature=temperature, top_p=top_p,
-                         generator=torch.Generator().manual_seed(seed))
+    word = (scene_topics(scene) or [None])[0]
+    if texts is None:
+        texts = writer.write(scene.still, word if topic else None, num_paths, samples, temperature=temperature, top_p=top_p,
+                             generator=torch.Generator().manual_seed(seed))
+    raw = list(texts)
+    if anchored:
+        texts = [anchor_boxes(t, 2) for t in texts]
     g = grade_samples(texts, num_paths, scene.candidates, scene.scene_words)
+    g.update(cot_checks(texts, num_paths, scene, word), topic_word=word, texts=None if anchored else raw)
     readable = [b for b in g.pop("boxes") if b is not None]
     if readable:
         r = rm.score(scene.still, readable)
@@ -92,10 +148,14 @@ def run(args) -> list[dict]:
         s = scenes[i]
         t0 = time.perf_counter()
         base = {"item": i, "template": s.template, "held_out": s.held_out}
-        rows = []
+        rows, drawn = [], {}
         for name, w in writers.items():
-            k = 3 if args.curve else METHODS[name][1]
-            rows.append({**base, "method": name, **grade(w, rm, s, k, args.samples, seed=i, temperature=args.temperature, top_p=args.top_p)})
+            _, k, topic, anchored = (None, 3, False, False) if args.curve else METHODS[name]
+            key = (id(w), k, topic)  # an anchored method grades its base method's very samples
+            g = grade(w, rm, s, k, args.samples, seed=i, temperature=args.temperature, top_p=args.top_p, topic=topic,
+                      anchored=anchored, texts=drawn.get(key))
+            drawn.setdefault(key, g["texts"])
+            rows.append({**base, "method": name, **g})
         hits, pairs = pairwise_accuracy(rm.score(s.still, s.candidates), s.scores)
         rows.append({**base, "method": "rm", "hits": hits, "pairs": pairs})
         log.append(rows)
@@ -115,7 +175,8 @@ def _curve_writers(args) -> dict:
 
     for c in ckpts:
         out[f"step {c.name.split('-')[-1]}"] = BuiltinMemeWriter(LlamaForCausalLM.from_pretrained(c, use_safetensors=True), tok,
-                                                                 vlm=out["step 0"].vlm, name_slots=out["step 0"].name_slots)
+                                                                 vlm=out["step 0"].vlm, name_slots=out["step 0"].name_slots,
+                                                                 topic_slot=out["step 0"].topic_slot)
     return out
 
 
@@ -124,10 +185,14 @@ def summarise(rows: list[dict]) -> dict:
     out = {}
     for m, rs in by.items():
         d = {f: float(np.nanmean([r[f] for r in rs])) for f in FIELDS}
+        for f in SHARES:  # rows from before these fields: NaN
+            d[f] = _nanmean([r.get(f, np.nan) for r in rs])
         for part, keep in (("seen", False), ("held_out", True)):
             sub = [r for r in rs if r["held_out"] == keep]
             d[f"win_{part}"] = float(np.mean([r["win"] for r in sub])) if sub else float("nan")
             d[f"top1_win_{part}"] = float(np.mean([r["top1_win"] for r in sub])) if sub else float("nan")
+            for f in ("consistent", "described"):
+                d[f"{f}_{part}"] = _nanmean([r.get(f, np.nan) for r in sub])
         d["scenes"] = len(rs)
         d["rm_pairs_on_samples"] = sum(r.get("rm_pairs", 0) for r in rs)  # rows from before the field: 0 pairs
         d["rm_accuracy_on_samples"] = (sum(r.get("rm_hits", 0) for r in rs) / d["rm_pairs_on_samples"]
@@ -140,13 +205,53 @@ def summarise(rows: list[dict]) -> dict:
         out["rm"][f"pairs_{part}"] = sum(r["pairs"] for r in sub)
     paired = {}
     for a, b, f in (("rl", "multi", "win"), ("rl", "multi", "top1_win"), ("rl", "rl_pointwise", "win"), ("multi", "single", "win"),
-                    ("multi", "single", "ideas"), ("multi", "single", "distinct_captions"), ("multi", "direct", "win")):
+                    ("multi", "single", "ideas"), ("multi", "single", "distinct_captions"), ("multi", "direct", "win"),
+                    ("rl_topic", "rl", "topic"), ("multi_topic", "multi", "topic"), ("rl_topic", "rl", "win"),
+                    ("rl_anchored", "rl", "win"), ("multi_anchored", "multi", "win"), ("rl_anchored", "rl", "top1_win")):
         if a in by and b in by:
             xa = {r["item"]: r[f] for r in by[a]}
             xb = {r["item"]: r[f] for r in by[b]}
-            common = sorted(set(xa) & set(xb))
+            common = sorted(i for i in set(xa) & set(xb) if np.isfinite(xa[i]) and np.isfinite(xb[i]))
             paired[f"{a}-{b}:{f}"] = paired_bootstrap([xa[i] for i in common], [xb[i] for i in common])
     out["paired"] = paired
+    return out
+
+
+def _nanmean(values) -> float:
+    v = np.asarray(values, dtype=np.float64)
+    return float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
+
+
+def _rows_of(folder: Path) -> list[dict]:
+    """A run's rows: its ``rows.jsonl``, or the ``results.json`` of a ``--merge``d folder."""
+    import json
+
+    from benchmarks.common import read_rows
+
+    rows = read_rows(folder)
+    if not rows and (Path(folder) / "results.json").is_file():
+        rows = json.loads((Path(folder) / "results.json").read_text())["rows"]
+    if not rows:
+        raise SystemExit(f"invalid --versus {folder}: no rows there (rows.jsonl or results.json of a benchmarks.humor run)")
+    return rows
+
+
+VERSUS_FIELDS = ("win", "top1_win", "distinct_captions", "topic", "anchored", "consistent", "described")
+
+
+def versus(rows: list[dict], other: list[dict]) -> dict:
+    """Each method present in both row sets: this run minus the other, paired by scene, per field of
+    ``VERSUS_FIELDS`` (scenes where either is NaN left out), and the win on the study's templates alone."""
+    mine = group_rows([r for r in rows if r["method"] != "rm"], lambda r: r["method"])
+    theirs = group_rows([r for r in other if r["method"] != "rm"], lambda r: r["method"])
+    out = {}
+    for m in sorted(set(mine) & set(theirs)):
+        a, b = {r["item"]: r for r in mine[m]}, {r["item"]: r for r in theirs[m]}
+        common = sorted(set(a) & set(b))
+        for f, sub in [(f, common) for f in VERSUS_FIELDS] + [("win_held_out", [i for i in common if a[i]["held_out"]])]:
+            key = "win" if f == "win_held_out" else f
+            ok = [i for i in sub if np.isfinite(a[i].get(key, np.nan)) and np.isfinite(b[i].get(key, np.nan))]
+            out[f"{m}:{f}"] = paired_bootstrap([a[i][key] for i in ok], [b[i][key] for i in ok])
     return out
 
 
@@ -159,15 +264,25 @@ def _on_samples(summary: dict, methods: list[str]) -> str:
 
 
 def markdown(summary: dict, meta: dict) -> str:
-    methods = [m for m in summary if m not in ("rm", "paired")]
+    methods = [m for m in summary if m not in ("rm", "paired", "versus")]
     lines = [f"# HUMOR benchmark ({meta['scenes']} {meta.get('split', 'test').upper()} scenes, {meta['samples']} samples each)", "",
              f"`{meta['command']}`", ""]
-    lines += markdown_table(["method", "valid", "win", "win seen", "win held-out", "#1 win", "preference", "distinct captions",
+    lines += markdown_table(["method", "valid", "win", "win seen", "win crowd+hide", "#1 win", "preference", "distinct captions",
                              "distinct-2", "ideas"],
                             [[m, f"{100 * s['valid']:.1f}%", f"{100 * s['win']:.1f}%", f"{100 * s['win_seen']:.1f}%",
                               f"{100 * s['win_held_out']:.1f}%", f"{100 * s['top1_win']:.1f}%", f"{s['preference']:.3f}",
                               f"{s['distinct_captions']:.2f}", f"{s['distinct_2']:.3f}", f"{s['ideas']:.2f}"]
                              for m, s in ((m, summary[m]) for m in methods)])
+
+    def pct(x):
+        return "-" if not np.isfinite(x) else f"{100 * x:.1f}%"
+
+    lines += ["", "Per readable sample (module docstring): boxes with the scene's topic word; boxes = the anchored path's "
+                  "caption; description and intent of one template (all scenes, crowd+hide); the scene's template described.", ""]
+    lines += markdown_table(["method", "topic", "anchored", "consistent", "consistent crowd+hide", "described", "described crowd+hide"],
+                            [[m, pct(s.get("topic", np.nan)), pct(s.get("anchored", np.nan)), pct(s.get("consistent", np.nan)),
+                              pct(s.get("consistent_held_out", np.nan)), pct(s.get("described", np.nan)),
+                              pct(s.get("described_held_out", np.nan))] for m, s in ((m, summary[m]) for m in methods)])
     rm = summary.get("rm", {})
     lines += ["", f"Reward model pairwise accuracy vs the noise-free preference: seen templates {100 * rm.get('accuracy_seen', 0):.1f}% "
                   f"({rm.get('pairs_seen', 0)} pairs), held-out templates {100 * rm.get('accuracy_held_out', 0):.1f}% "
@@ -175,6 +290,10 @@ def markdown(summary: dict, meta: dict) -> str:
     for k, d in summary.get("paired", {}).items():
         scale = 1.0 if k.endswith(("ideas", "distinct_captions")) else 100.0
         lines.append(f"- {k}: {paired_cell(d, scale)} ({d['n']} scenes)")
+    if summary.get("versus"):
+        lines += ["", f"Against `{meta.get('versus')}` (this run minus that one, paired by scene):"]
+        for k, d in summary["versus"].items():
+            lines.append(f"- {k}: {paired_cell(d, 1.0 if k.endswith('distinct_captions') else 100.0)} ({d['n']} scenes)")
     return "\n".join(lines) + "\n"
 
 
@@ -227,6 +346,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reward-model", default="builtin")
     ap.add_argument("--curve", help="an RL run folder: grade the SFT writer and each of its checkpoints instead")
     ap.add_argument("--split", choices=("test", "val"), default="test", help="scenes to grade (val: for choosing between runs)")
+    ap.add_argument("--versus", type=Path, help="another run's folder on the same scenes: compare each method in both, paired")
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/humor"))
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
@@ -234,8 +354,10 @@ def main(argv=None) -> int:
     rows = (in_range(merge_rows(args.merge, row_key=lambda r: (r["item"], r["method"])), args.items)
             if args.merge else run(args))
     summary = summarise(rows)
+    if args.versus:
+        summary["versus"] = versus(rows, _rows_of(args.versus))
     meta = {"scenes": len({r["item"] for r in rows}), "samples": args.samples, "split": args.split,
-            "command": command_line("benchmarks.humor", argv)}
+            "command": command_line("benchmarks.humor", argv), "versus": str(args.versus) if args.versus else None}
     write_results(args.out, meta, summary, rows, markdown(summary, meta))
     if args.curve:
         curve_plot(summary, args.out / "curve.png")

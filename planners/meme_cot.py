@@ -569,6 +569,33 @@ def render_cot(cot: MemeCoT) -> str:
     return text
 
 
+def anchored_caption(cot: MemeCoT) -> list[str] | None:
+    """The caption the anchored path quotes (``-> "box 1" / "box 2"``, one quoted text per box, as the traces write
+    it), or None when nothing is anchored or the path quotes another number of texts."""
+    path = cot.anchored_path
+    if path is None:
+        return None
+    quoted = [" ".join(q.split()) for q in re.findall(r'"([^"\n]*)"', path.text)]
+    return quoted if len(quoted) == cot.num_boxes and all(quoted) else None
+
+
+def anchor_boxes(text: str, num_boxes: int) -> str:
+    """``text`` with its boxes replaced by the anchored path's quoted caption (``anchored_caption``): "anchored
+    boxes" [PROPOSED], so the meme says what the chain of thought chose. The boxes are the last thing a CoT writes,
+    so this equals forcing them at decoding once ``Text on the Meme:`` is written. A text that does not parse, has no
+    anchor, or whose anchored path quotes no caption is returned as it is."""
+    try:
+        cot = parse_meme_cot(text, num_boxes)
+    except MemeFormatError:
+        return text
+    caption = anchored_caption(cot)
+    at = text.rfind(SECTIONS["text_on_meme"])
+    if caption is None or at < 0 or caption == list(cot.text_on_meme):
+        return text
+    head = text[: at + len(SECTIONS["text_on_meme"])]
+    return head + "\n" + "".join(f"box{i + 1}: {t}\n" for i, t in enumerate(caption))
+
+
 def boxes_from_caption(caption: Any) -> list[str]:
     """A caption as box texts, box1 first: worldgen's meme captions ``{"top": ..., "bottom": ...}`` (two
     boxes, top then bottom: reading order), a ``(top, bottom)`` pair, or a list of box texts."""

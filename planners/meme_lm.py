@@ -30,6 +30,9 @@ MARKER = "atelier_meme_writer.json"
 # [PROPOSED] the longest CoT the builtin model writes: its SFT traces are at most ~260 tokens
 MAX_NEW_TOKENS = 360
 MAX_TOPIC_CHARS = 200
+# [PROPOSED] the topic slot: a writer trained with it (``training.humor_sft --topic-slot``) writes this one token where
+# the user's topic goes, and ``BuiltinMemeWriter.write`` puts the topic in verbatim (delexicalisation, as the name slots)
+TOPIC_SLOT = "<topic>"
 
 
 @runtime_checkable
@@ -76,6 +79,29 @@ def new_meme_lm(tokenizer, config: MemeLMConfig = MemeLMConfig(), seed: int = 0)
                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                       tie_word_embeddings=True)
     return LlamaForCausalLM(cfg)
+
+
+def to_topic_slot(text: str, word: str) -> str:
+    """``text`` with every whole-word occurrence of ``word`` (any case) written as ``TOPIC_SLOT`` [PROPOSED]."""
+    import re
+
+    return re.sub(rf"(?<![\w-]){re.escape(word)}(?![\w-])", TOPIC_SLOT, text, flags=re.IGNORECASE) if word else text
+
+
+def fill_topic_slot(text: str, topic: str | None) -> str:
+    """``text`` with each ``TOPIC_SLOT`` replaced by ``topic`` (verbatim); without a topic the text stays as written."""
+    return text.replace(TOPIC_SLOT, topic) if topic else text
+
+
+def add_topic_slot(tokenizer, model=None) -> int:
+    """Add ``TOPIC_SLOT`` to ``tokenizer`` as one token (an added, non-special token, so decoding keeps it) and
+    grow ``model``'s embeddings to match (the new row starts at the mean of the others); returns its id. A
+    tokenizer that has it already is left as it is."""
+    if TOPIC_SLOT not in tokenizer.get_vocab():
+        tokenizer.add_tokens([TOPIC_SLOT])
+    if model is not None and model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+        model.resize_token_embeddings(len(tokenizer))
+    return tokenizer.convert_tokens_to_ids(TOPIC_SLOT)
 
 
 def check_topic(topic: Any) -> str | None:
@@ -144,9 +170,9 @@ def lm_prompt(perception: str, topic: str | None = None, num_paths: int = 3, num
 
 
 def sample_texts(model, tokenizer, prompts: list[str], n: int, seed: int | None, temperature: float = 1.0, top_p: float = 1.0,
-                 max_new_tokens: int = MAX_NEW_TOKENS) -> list[list[str]]:
+                 max_new_tokens: int = MAX_NEW_TOKENS, banned: list[int] | None = None) -> list[list[str]]:
     """``n`` sampled completions (greedy when ``seed`` is None and ``n`` is 1) per prompt, from a causal LM, seeded
-    through ``fork_rng`` so only ``seed`` decides them."""
+    through ``fork_rng`` so only ``seed`` decides them; ``banned``: token ids never generated."""
     from planners.hf import PLAIN_DECODING, PLAIN_SAMPLING
 
     tokenizer.padding_side = "left"
@@ -156,6 +182,8 @@ def sample_texts(model, tokenizer, prompts: list[str], n: int, seed: int | None,
         if sample:
             torch.random.default_generator.manual_seed(seed)
         kw = dict(PLAIN_SAMPLING, temperature=float(temperature), top_p=float(top_p)) if sample else {}
+        if banned:
+            kw["suppress_tokens"] = list(banned)
         out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=sample, num_return_sequences=n,
                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **PLAIN_DECODING, **kw)
     texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -167,12 +195,14 @@ class BuiltinMemeWriter:
     ``name_slots`` the LM names objects by slot (``<o1>`` = the first object the perception lists) and ``write``
     fills the slots in [PROPOSED] (``planners.meme_perception.to_name_slots``). ``topics``: the topic words its
     training captions held (saved beside its weights; None when unknown): a topic sharing none of them gets a
-    notice (``topic_notice``), since this writer can only use the words of its world."""
+    notice (``topic_notice``). With ``topic_slot`` [PROPOSED] the LM writes ``TOPIC_SLOT`` where the user's topic
+    goes and ``write`` puts the topic in verbatim (without a topic the slot is never sampled)."""
 
-    def __init__(self, model, tokenizer, vlm=None, name_slots: bool = False, topics: Any = None):
+    def __init__(self, model, tokenizer, vlm=None, name_slots: bool = False, topics: Any = None, topic_slot: bool = False):
         self.model, self.tokenizer = model.eval(), tokenizer
         self._vlm = vlm
         self.name_slots = bool(name_slots)
+        self.topic_slot = bool(topic_slot) and TOPIC_SLOT in tokenizer.get_vocab()
         self.topics = None if topics is None else [str(t) for t in topics]
 
     @property
@@ -207,7 +237,8 @@ class BuiltinMemeWriter:
             raise MediaError(path, "not a builtin meme writer folder", "pass a folder written by BuiltinMemeWriter.save_pretrained "
                                                                       "(e.g. `atelier train humor-sft`), or 'builtin'")
         model = LlamaForCausalLM.from_pretrained(path, use_safetensors=True).to(select_device(device))
-        return cls(model, AutoTokenizer.from_pretrained(path), name_slots=writer_uses_name_slots(path), topics=writer_topics(path))
+        return cls(model, AutoTokenizer.from_pretrained(path), name_slots=writer_uses_name_slots(path), topics=writer_topics(path),
+                   topic_slot=writer_uses_topic_slot(path))
 
     def save_pretrained(self, path: str | Path, metadata: dict | None = None) -> Path:
         path = Path(path)
@@ -215,12 +246,14 @@ class BuiltinMemeWriter:
         self.tokenizer.save_pretrained(path)
         known = {} if self.topics is None else {"topics": self.topics}
         (path / MARKER).write_text(json.dumps({"kind": "builtin_meme_writer", "perception": "builtin_vlm", "name_slots": self.name_slots,
-                                               **known, **(metadata or {})}, indent=1))
+                                               "topic_slot": self.topic_slot, **known, **(metadata or {})}, indent=1))
         return path
 
     def topic_notice(self, topic: str | None) -> str | None:
         """One line for a topic outside this writer's world (it shares no word with ``topics``, singular and plural
-        alike), else None: the builtin writer can only use its world's words, so its memes will not follow it."""
+        alike), else None. A writer without the topic slot can only use its world's words, so its memes will not
+        follow the topic; one with the slot puts the topic in verbatim, but the joke around it is still one of its
+        world's captions (docs/humor.md, "Topics", has the measurement)."""
         topic = check_topic(topic)
         if topic is None or not self.topics:
             return None
@@ -229,6 +262,10 @@ class BuiltinMemeWriter:
             return None
         long = [t for t in self.topics if len(t) >= 5] or self.topics  # spread over the list (most common first)
         examples = ", ".join(dict.fromkeys(long[i * len(long) // NOTICE_EXAMPLES] for i in range(min(NOTICE_EXAMPLES, len(long)))))
+        if self.topic_slot:
+            return (f"the builtin meme writer puts the topic {topic!r} into its captions as written, but knows only the "
+                    f"captions of its synthetic meme world, so the joke around it is not about {topic!r} (topics it "
+                    f"knows: {examples}, ...); a real writer (--writer with a VLM checkpoint) writes about any topic")
         return (f"the builtin meme writer knows only the words of its synthetic meme world, and the topic {topic!r} is not "
                 f"among them, so its memes will not follow it (topics it knows: {examples}, ...); a real writer "
                 f"(--writer with a VLM checkpoint) follows any topic")
@@ -244,12 +281,30 @@ class BuiltinMemeWriter:
 
         seed = generation_seed(MAX_NEW_TOKENS, do_sample, temperature, top_p, n, generator)
         perception = self.perceive(image)
-        prompt = lm_prompt(perception, check_topic(topic), _check_paths(num_paths), num_boxes)
-        texts = sample_texts(self.model, self.tokenizer, [prompt], n, seed, temperature, top_p)[0]
+        topic = check_topic(topic)
+        prompt = lm_prompt(perception, topic, _check_paths(num_paths), num_boxes)
+        # a topic slot with no topic to fill it is never sampled
+        banned = [self.tokenizer.convert_tokens_to_ids(TOPIC_SLOT)] if self.topic_slot and topic is None else None
+        texts = sample_texts(self.model, self.tokenizer, [prompt], n, seed, temperature, top_p, banned=banned)[0]
         if self.name_slots:
             names = listed_names(perception)
             texts = [fill_name_slots(t, names) for t in texts]
+        if self.topic_slot:
+            texts = [fill_topic_slot(t, topic) for t in texts]
         return texts
+
+
+def _marker(path: str | Path) -> dict:
+    try:
+        out = json.loads((Path(path) / MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
+def writer_uses_topic_slot(path: str | Path) -> bool:
+    """Whether the builtin writer saved in ``path`` writes the topic as ``TOPIC_SLOT`` (its marker file says so)."""
+    return bool(_marker(path).get("topic_slot", False))
 
 
 def writer_topics(path: str | Path) -> list[str] | None:

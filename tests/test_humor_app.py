@@ -103,6 +103,10 @@ def test_benchmark_at_toy_scale(tmp_path):
     for r in res["rows"]:  # the reward model's ordering of each writer's own samples
         if r["method"] != "rm":
             assert 0 <= r["rm_hits"] <= r["rm_pairs"] <= 1  # 2 samples: at most one pair
+    # the CoT checks and the topic word ride on every row; an anchored method grades its base method's very samples
+    multi = next(r for r in res["rows"] if r["method"] == "multi")
+    assert multi["topic_word"] and len(multi["texts"]) == 2 and all(k in multi for k in ("topic", "anchored", "consistent", "described"))
+    assert "consistent crowd+hide" in (out / "results.md").read_text()
     # a second run of another method on the same scene merges in beside the first (one row per scene and method)
     other = tmp_path / "bench_single"
     assert bench(["--n", "1", "--samples", "2", "--methods", "single", "--out", str(other)]) == 0
@@ -110,3 +114,7 @@ def test_benchmark_at_toy_scale(tmp_path):
     assert bench(["--merge", str(out), str(other), "--out", str(merged)]) == 0
     rows = json.loads((merged / "results.json").read_text())["rows"]
     assert sorted(r["method"] for r in rows) == ["direct", "multi", "rm", "single"]
+    # --versus compares each method both runs have, paired by scene (a run against itself: no difference)
+    assert bench(["--merge", str(out), "--versus", str(merged), "--out", str(tmp_path / "versus")]) == 0
+    vs = json.loads((tmp_path / "versus" / "results.json").read_text())["summary"]["versus"]
+    assert vs["multi:win"]["diff"] == 0 and vs["multi:win"]["n"] == 1 and not any(k.startswith("single:") for k in vs)

@@ -116,3 +116,23 @@ def test_a_multi_path_cot_is_parsed_into_paths_and_the_anchor():
     assert out.topic == "loyalty" and out.intent and all(len(c["paths"]) == 3 and c["anchor"] in (0, 1, 2) for c in out.cots)
     best = out.cots[0]
     assert out.captions[0][1] in best["paths"][best["anchor"]]["text"]
+
+
+def test_anchored_boxes_write_the_caption_the_anchored_path_quotes():
+    from training.humor_data import trace
+
+    s = scene_and_perception()
+    gt, other = 0, next(k for k in range(1, len(s.candidates)) if s.candidates[k] != s.candidates[0])
+    text = trace(s, gt, [other], 2)
+    # the boxes say another candidate than the anchored path, as the builtin writer's often do
+    loose = text.split("Text on the Meme:")[0] + "Text on the Meme:\nbox1: {}\nbox2: {}\n".format(*s.candidates[other])
+
+    def run(**config):
+        pipe = HumorPipeline(HumorConfig(num_memes=1, num_paths=2, max_rounds=1, **config), writer=_Writer([loose]),
+                             reward_model=tiny_reward_model())
+        pipe.set_progress_bar_config(disable=True)
+        return pipe(s.still, generator=0)
+
+    assert HumorConfig().anchored_boxes is False
+    assert run().captions == [list(s.candidates[other])]
+    assert run(anchored_boxes=True).captions == [list(s.candidates[gt])]

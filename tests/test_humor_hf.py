@@ -70,7 +70,8 @@ def test_one_grpo_step_on_the_vlm_through_trl(tiny_dir, tmp_path, monkeypatch):
     import training.humor_data as data
 
     real = data.load_scenes
-    monkeypatch.setattr(data, "load_scenes", lambda split, count, seed=0, cache_dir=tmp_path / "cache": real(split, count, seed, cache_dir))
+    monkeypatch.setattr(data, "load_scenes", lambda split, count, seed=0, cache_dir=tmp_path / "cache", held_out=():
+                        real(split, count, seed, cache_dir, held_out))
     facts = train_rl(tmp_path / "rl", tiny_dir, replace(tiny_recipe(), scenes=4, max_completion_length=8), reward_model=tiny_reward_model())
     assert facts["steps"] == 1 and facts["curve"] and "rewards/pairwise_reward/mean" in facts["curve"][0]
     assert (tmp_path / "rl" / "config.json").is_file() and list((tmp_path / "rl" / "run").glob("checkpoint-1"))

@@ -1,6 +1,8 @@
 """HUMOR's parts below the pipeline: the perception text, the traced-back SFT data and its splits, the box reader,
 the reward models' heads and the RL reward functions (against the published judge protocol)."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -17,16 +19,62 @@ def scene():
     return make_scene("val", 3, perception="a medium red circle at the left; a medium blue square at the right")
 
 
-def test_train_scenes_never_use_a_held_out_template():
-    from training.humor_data import _template_of
+def test_train_scenes_use_every_template_unless_the_study_holds_some_out():
+    from training.humor_data import TEMPLATES, _template_of
     from worldgen.tasks.base import split_seed
 
-    idx = scene_indices("train", 60)
+    assert scene_indices("train", 60) == list(range(60))  # the default: all six templates
+    assert {_template_of(split_seed("train", 0, i)) for i in range(60)} == set(TEMPLATES)
+    idx = scene_indices("train", 60, held_out=HELD_OUT_TEMPLATES)  # the generalisation study, one setting away
     assert len(idx) == 60 and idx == sorted(set(idx))
     assert not any(_template_of(split_seed("train", 0, i)) in HELD_OUT_TEMPLATES for i in idx)
     skipped = set(range(idx[-1])) - set(idx)
     assert skipped and all(_template_of(split_seed("train", 0, i)) in HELD_OUT_TEMPLATES for i in skipped)
-    assert scene_indices("test", 5) == list(range(5))
+    assert scene_indices("test", 5, held_out=HELD_OUT_TEMPLATES) == list(range(5))
+    for bad in (["crowds"], list(TEMPLATES)):
+        with pytest.raises(InputError, match="held_out"):
+            scene_indices("train", 5, held_out=bad)
+
+
+def test_the_trainers_take_the_study_as_one_flag():
+    from training.humor_rl import RLRecipe
+    from training.humor_rm import RMRecipe
+    from training.humor_sft import SFTRecipe, add_hold_out_argument
+
+    assert SFTRecipe().held_out == RLRecipe().held_out == RMRecipe().held_out == ()
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    add_hold_out_argument(ap)
+    assert ap.parse_args(["--hold-out", "hide,crowd"]).hold_out == ("crowd", "hide")
+    assert ap.parse_args(["--hold-out", "none"]).hold_out == () and ap.parse_args([]).hold_out is None
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--hold-out", "crowds"])
+
+
+def test_a_trace_with_a_topic_writes_it_as_one_slot_that_the_writer_fills(scene):
+    from planners.meme_lm import TOPIC_SLOT, fill_topic_slot, to_topic_slot
+    from training.humor_data import topic_words
+
+    assert to_topic_slot("Monday / my mondays, monday-ish", "monday") == "<topic> / my mondays, monday-ish"
+    assert fill_topic_slot("me on <topic>", "exam week") == "me on exam week" and fill_topic_slot("a <topic>", None) == "a <topic>"
+    seen = 0
+    for k in range(40):
+        prompt, completion = sft_example(scene, 3, np.random.default_rng(k), topic_rate=1.0, topic_slot=True)
+        topic = prompt.split("User input: ")[1].split(".\n")[0]
+        if topic == "none":  # a ground truth with no content word: no topic
+            assert TOPIC_SLOT not in completion
+            continue
+        seen += 1
+        cot = parse_meme_cot(completion, 2, 3)
+        assert TOPIC_SLOT in " ".join(cot.text_on_meme) and f"User input: {TOPIC_SLOT}." in completion
+        said = " ".join(cot.text_on_meme + [p.text for p in cot.paths] + [cot.specific_analysis, cot.step1]).lower()
+        assert topic not in re.findall(r"[\w-]+", said)  # the captions and the analysis never write the word itself
+        filled = [fill_topic_slot(b, topic) for b in cot.text_on_meme]
+        assert tuple(filled) in scene.candidates and topic in topic_words(tuple(filled), scene.names)
+        assert TOPIC_SLOT not in sft_example(scene, 3, np.random.default_rng(k), topic_rate=1.0)[1]  # the slot is an option
+    assert seen >= 10
+    assert TOPIC_SLOT not in sft_example(scene, 3, np.random.default_rng(0), topic_rate=0.0, topic_slot=True)[1]
 
 
 def test_the_perception_text_names_what_the_builtin_vlm_reads():
@@ -220,3 +268,46 @@ def test_a_slot_writer_fills_its_slots_with_what_it_perceives_and_reloads_as_one
     assert w.write(s.still, n=1, generator=0) == [f"box1: {names[0]} at 3 am\nbox2: <o9>"]
     w.save_pretrained(tmp_path / "w")
     assert meme_lm.BuiltinMemeWriter.from_pretrained(tmp_path / "w").name_slots
+
+
+def test_a_topic_slot_writer_fills_the_topic_in_and_never_samples_the_slot_without_one(tmp_path, monkeypatch):
+    from planners import meme_lm
+    from humor_fakes import scene_and_perception, tiny_writer
+
+    w = tiny_writer(steps=1)
+    s = scene_and_perception()
+    asked = []
+
+    def fake(model, tokenizer, prompts, n, seed, temperature=1.0, top_p=1.0, banned=None):
+        asked.append(banned)
+        return [["box1: me on <topic>\nbox2: <topic>s"]]
+
+    monkeypatch.setattr(meme_lm, "sample_texts", fake)
+    assert not w.topic_slot and w.write(s.still, "exams", n=1, generator=0) == ["box1: me on <topic>\nbox2: <topic>s"]
+    slot = meme_lm.add_topic_slot(w.tokenizer, w.model)
+    assert w.tokenizer.tokenize(" on <topic>s") == ["Ġon", "Ġ", "<topic>", "s"]  # one token
+    assert w.model.get_input_embeddings().weight.shape[0] == len(w.tokenizer)
+    w.topic_slot = True
+    assert w.write(s.still, " exam  week ", n=1, generator=0) == ["box1: me on exam week\nbox2: exam weeks"] and asked[-1] is None
+    w.write(s.still, None, n=1, generator=0)
+    assert asked[-1] == [slot]  # without a topic the slot is suppressed
+    w.save_pretrained(tmp_path / "w")
+    back = meme_lm.BuiltinMemeWriter.from_pretrained(tmp_path / "w")
+    assert back.topic_slot and meme_lm.writer_uses_topic_slot(tmp_path / "w")
+
+
+def test_anchored_boxes_are_the_anchored_paths_caption():
+    from planners.meme_cot import anchor_boxes, anchored_caption
+
+    text = ("[Comprehensive Description Section]\nA fall scene.\n\n[Usage Scenarios Section]\nFailure.\n\n"
+            "[Text Analysis Section]\nBox 1 sets up.\nPath 1 (everyday life): a moment -> \"my grades\" / \"gravity\"\n"
+            "Path 2 (a classic meme format): a moment -> \"me\" / \"also me\"\n\n[Specific Analysis with User Input]\n"
+            "No user input.\nStep 1: Anchor on Path 2 (a classic meme format): short\nStep 2: setup, punchline\n\n"
+            "Text on the Meme:\nbox1: expectations\nbox2: reality\n")
+    fixed = anchor_boxes(text, 2)
+    cot = parse_meme_cot(fixed, 2, 2)
+    assert cot.text_on_meme == ["me", "also me"] == anchored_caption(cot) and fixed.startswith(text.split("Text on the Meme:")[0])
+    assert anchor_boxes(fixed, 2) == fixed
+    for unchanged in (text.replace('\"me\" / \"also me\"', "no quote"), text.replace("Anchor on Path 2 (a classic meme format): ", ""),
+                      "box1: a\nbox2: b", "not a meme"):
+        assert anchor_boxes(unchanged, 2) == unchanged

@@ -1,5 +1,6 @@
-"""HUMOR and the user's topic: group RL's topic prompts and topic reward, and the notice for a topic outside the
-builtin writer's world (issue 48)."""
+"""HUMOR and the user's topic: group RL's topic prompts and topic reward, the notice for a topic outside the
+builtin writer's world, and what the shipped writer does with a topic (its topic slot) and on the two templates that
+were once held out of its training (issue 48)."""
 
 from types import SimpleNamespace
 
@@ -86,10 +87,68 @@ def shipped():
     return BuiltinMemeWriter.from_pretrained(WEIGHTS)
 
 
+def _boxes(texts: list[str]) -> list[list[str]]:
+    from planners.meme_cot import MemeFormatError, read_boxes
+
+    out = []
+    for t in texts:
+        try:
+            out.append(read_boxes(t, 2))
+        except MemeFormatError:
+            pass
+    return out
+
+
+# Issue 48, item 4: the shipped writer (2026-12-05) predates the topic slot and never trained on `crowd` / `hide`. The
+# retrained writers that pass these two tests were not shipped (their win rate or their variety fell: docs/history/
+# humor.md, "All six templates and a topic slot"); strict, so that shipping a writer that passes turns them red until
+# the marker goes.
+NOT_SHIPPED = pytest.mark.xfail(strict=True, reason="known limitation of the shipped builtin writer (issue 48, item 4)")
+
+
+@NOT_SHIPPED
+def test_the_shipped_writer_writes_the_asked_topic_in_its_world_and_out_of_it(shipped):
+    """The shipped writer wrote this scene's topic word in 0 of these 8 samples at every seed tried (0-5), and
+    "exams" in 0; the topic-slot writers of the trial in 5-8 and 3-7."""
+    import torch
+
+    from training.humor_data import load_scenes, scene_topics
+
+    scene = load_scenes("test", 3)[2]  # an `ignore` scene; its first topic word (how the benchmark asks): "choosing"
+    for topic, least in ((scene_topics(scene)[0], 3), ("exams", 2)):
+        texts = shipped.write(scene.still, topic, 3, 8, top_p=0.95, generator=torch.Generator().manual_seed(0))
+        assert sum(mentions_topic(topic, b) for b in _boxes(texts)) >= least, (topic, texts)
+    plain = shipped.write(scene.still, None, 0, 8, top_p=0.95, generator=torch.Generator().manual_seed(0))
+    assert not any("<topic>" in t for t in plain)  # no topic: the slot is never written
+
+
+@NOT_SHIPPED
+def test_the_shipped_writer_describes_a_crowd_scene_as_one_with_its_intent(shipped):
+    """The shipped writer, which never saw `crowd`, describes this scene as another template in every sample (and
+    splices two templates' notes in some); the trial's writers trained on all six templates, at seeds 0-5, in none."""
+    import torch
+
+    from planners.meme_cot import MemeFormatError, parse_meme_cot
+    from training.humor_data import load_scenes
+
+    scene = load_scenes("test", 2)[1]
+    assert scene.template == "crowd"
+    cots = []
+    for t in shipped.write(scene.still, None, 3, 8, top_p=0.95, generator=torch.Generator().manual_seed(0)):
+        try:
+            cots.append(parse_meme_cot(t, 2, 3))
+        except MemeFormatError:
+            pass
+    assert len(cots) >= 4
+    assert all(c.description.startswith("A crowd scene:") and c.usage_scenarios.startswith("Overwhelm:") for c in cots), \
+        [(c.description, c.usage_scenarios) for c in cots]
+
+
 def test_a_topic_outside_the_builtin_writers_world_gets_a_notice(shipped):
     assert shipped.topics and "monday" in shipped.topics
     note = shipped.topic_notice("exams")
     assert note and "'exams'" in note and "--writer" in note and sum(t in note for t in shipped.topics) >= 3
+    assert "will not follow it" in note  # it has no topic slot (a writer with one: below)
     assert shipped.topic_notice("mondays") is None and shipped.topic_notice("Pizza") is None  # in its world
     assert shipped.topic_notice(None) is None
     assert "\n" not in note
@@ -136,3 +195,41 @@ def test_the_saved_writer_folders_list_their_topics():
         assert topics and len(topics) == len(set(topics)) and {"monday", "pizza", "deadlines"} <= set(topics)
         assert not {"exams", "exam"} & set(topics)
 
+
+
+def test_a_topic_slot_writers_notice_says_it_writes_the_topic_in_but_jokes_about_its_world():
+    from humor_fakes import tiny_writer
+    from planners.meme_lm import add_topic_slot
+
+    w = tiny_writer(steps=1)
+    w.topics = ["monday", "pizza", "deadlines", "motivation", "weekend", "responsibilities"]
+    assert not w.topic_slot and "will not follow it" in w.topic_notice("exams")
+    add_topic_slot(w.tokenizer, w.model)
+    w.topic_slot = True
+    note = w.topic_notice("exams")
+    assert "into its captions" in note and "not about 'exams'" in note and "--writer" in note and "\n" not in note
+    assert w.topic_notice("Mondays") is None
+
+
+def test_rl_reads_a_topic_slot_writers_slot_as_the_topic_and_suppresses_it_without_topics(tmp_path):
+    from humor_fakes import tiny_writer
+    from planners.meme_lm import add_topic_slot
+    from training.humor_rl import RLRecipe, _suppress_topic_slot, grpo_config, make_rm_group_reward, topic_reward
+
+    slotted = _cot("<topic>", "my motivation")
+    assert topic_reward([slotted], topic=["mondays"]) == [1.0] and topic_reward([slotted], topic=[None]) == [0.0]
+
+    class RM:  # scores a caption by whether it says "mondays"
+        def score(self, image, captions):
+            return np.array([float("mondays" in " ".join(c)) for c in captions])
+
+    img = {0: np.zeros((8, 8, 3), np.uint8)}
+    filled = make_rm_group_reward(RM(), img, 2, topic_slot=True)([slotted, _cot("me", "x")], scene=[0, 0], topic=["mondays"] * 2)
+    assert filled[0] > filled[1] and make_rm_group_reward(RM(), img, 2)([slotted, _cot("me", "x")], scene=[0, 0]) == [0.5, 0.5]
+    w = tiny_writer(steps=1)
+    slot = add_topic_slot(w.tokenizer, w.model)
+    plain = _suppress_topic_slot(grpo_config(tmp_path, RLRecipe()), w.tokenizer, RLRecipe(), True)
+    assert plain.generation_kwargs["suppress_tokens"] == [slot]  # the shipped recipe: no topics, so never the slot
+    asked = RLRecipe(topic_rate=0.5)
+    assert not (_suppress_topic_slot(grpo_config(tmp_path, asked), w.tokenizer, asked, True).generation_kwargs or {}).get("suppress_tokens")
+    assert _suppress_topic_slot(grpo_config(tmp_path, RLRecipe()), w.tokenizer, RLRecipe(), False).generation_kwargs is None

@@ -4,9 +4,13 @@ the scenes' human captions, and the noisy within-template pairs the reward model
     scenes = load_scenes("train", 2000)            # MemeScene: still, perception text, candidates, noisy pairs
     prompt, completion = sft_example(scenes[0], num_paths=3, rng=np.random.default_rng(0))
 
-**Splits.** Two templates are held out (``HELD_OUT_TEMPLATES``): no TRAIN scene uses them (a TRAIN index
-whose template is held out is skipped and the next taken), so VAL / TEST scenes of those templates measure
-generalisation to templates never seen. ``scores`` (worldgen's hidden preference) are kept on the scene only
+**Splits.** TRAIN uses all six templates by default. ``held_out`` (``scene_indices``, ``load_scenes``; the trainers'
+``--hold-out``) keeps templates out of TRAIN for the generalisation study (a TRAIN index whose template is held out is
+skipped and the next taken), so VAL / TEST scenes of those templates measure generalisation to templates never
+seen: ``HELD_OUT_TEMPLATES`` (``crowd``, ``hide``) is the study's pair, held out of every training run until
+2026-12-06 (the shipped models' data; ``make weights`` pins it), and what the benchmark still reports apart. A study
+should not cripple a model users get: the writer that never trained on them describes them as other templates and
+splices two trained templates' notes on ``crowd`` scenes (docs/humor.md). ``scores`` (worldgen's hidden preference) are kept on the scene only
 for the scorers; no training code here reads them.
 
 **Trace-back** (spec b.2; the procedure is [PROPOSED], the paper's was never published). Worldgen's candidates
@@ -18,7 +22,10 @@ scene (the alternative contexts), in shuffled order; Step 1 anchors on the groun
 our templates (no teacher VLM here), kept short: a 2M-parameter writer copies object names from its prompt
 reliably only a few times per answer (measured: with the perception repeated in the description and the
 names in every path, a 400-step run plateaued at loss 0.27 and wrote 12-75% readable samples) [PROPOSED]. With ``topic_rate``, a content word of the ground truth becomes
-the user's topic, so the model learns to follow one. ``num_paths=1`` writes the single-path ablation, 0 the
+the user's topic, so the model learns to follow one; with ``topic_slot`` [PROPOSED] the completion writes that word as
+the slot ``<topic>`` (``planners.meme_lm.TOPIC_SLOT``) in the captions, ``User input:`` and Step 1, and the writer fills
+it with the user's topic verbatim: a 2M-parameter model does not copy a word from its prompt reliably (it wrote the
+topic in 5-12% of its captions), but it learns to emit one token when a topic is asked. ``num_paths=1`` writes the single-path ablation, 0 the
 direct caption (only ``Text on the Meme:``).
 """
 
@@ -34,7 +41,7 @@ import numpy as np
 from core.atomic import atomic_path
 from core.errors import InputError
 from planners.meme_cot import MemeCoT, ReasoningPath, render_cot
-from planners.meme_lm import lm_prompt
+from planners.meme_lm import TOPIC_SLOT, lm_prompt, to_topic_slot
 from planners.meme_perception import listed_names, to_name_slots
 from worldgen.tasks import meme
 from worldgen.tasks.base import split_seed
@@ -44,7 +51,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CACHE = Path("outputs") / "humor_data"
 TEMPLATES = tuple(sorted(meme.TEMPLATES))
-# [PROPOSED] two templates no TRAIN scene uses
+# [PROPOSED] the generalisation study's two templates: held out of TRAIN only when asked (``held_out``; the trainers'
+# ``--hold-out crowd,hide``), reported apart by the benchmark
 HELD_OUT_TEMPLATES = ("crowd", "hide")
 NUM_BOXES = 2  # every worldgen template captions as (top, bottom)
 
@@ -91,6 +99,8 @@ class MemeScene:
 
     @property
     def held_out(self) -> bool:
+        """Whether the scene uses one of the study's templates (``HELD_OUT_TEMPLATES``), held out of TRAIN only when a
+        run asks for it."""
         return self.template in HELD_OUT_TEMPLATES
 
 
@@ -100,15 +110,27 @@ def _template_of(world_seed: int) -> str:
     return TEMPLATES[int(rng.integers(len(TEMPLATES)))]
 
 
-def scene_indices(split: str, count: int, seed: int = 0) -> list[int]:
-    """The first ``count`` indices of ``split``; TRAIN skips the held-out templates."""
+def check_held_out(held_out) -> tuple[str, ...]:
+    """``held_out`` as a sorted tuple of template names (None or empty: none), each checked."""
+    names = tuple(sorted({str(t) for t in held_out or ()}))
+    bad = [t for t in names if t not in TEMPLATES]
+    if bad:
+        raise InputError("held_out", ",".join(bad), f"name templates among {', '.join(TEMPLATES)} (or none)")
+    if len(names) == len(TEMPLATES):
+        raise InputError("held_out", ",".join(names), "leave at least one template to train on")
+    return names
+
+
+def scene_indices(split: str, count: int, seed: int = 0, held_out=()) -> list[int]:
+    """The first ``count`` indices of ``split``; TRAIN skips the templates in ``held_out`` (default: none)."""
     if count < 0:
         raise InputError("count", count, "pass a non-negative number of scenes")
-    if split != "train":
+    skip = check_held_out(held_out)
+    if split != "train" or not skip:
         return list(range(count))
     out, i = [], 0
     while len(out) < count:
-        if _template_of(split_seed(split, seed, i)) not in HELD_OUT_TEMPLATES:
+        if _template_of(split_seed(split, seed, i)) not in skip:
             out.append(i)
         i += 1
     return out
@@ -131,12 +153,12 @@ def make_scene(split: str, index: int, seed: int = 0, perception: str | None = N
                      [tuple(p) for p in r["pairs"]], perception, names, list(r["scores"]), words)
 
 
-def load_scenes(split: str, count: int, seed: int = 0, cache_dir: str | Path = DEFAULT_CACHE) -> list[MemeScene]:
-    """``count`` scenes of ``split``, their perception texts cached in ``cache_dir`` (JSON, keyed by split, seed
-    and index: reading 60 stills takes about a second)."""
+def load_scenes(split: str, count: int, seed: int = 0, cache_dir: str | Path = DEFAULT_CACHE, held_out=()) -> list[MemeScene]:
+    """``count`` scenes of ``split`` (TRAIN without the templates in ``held_out``), their perception texts cached in
+    ``cache_dir`` (JSON, keyed by split, seed and index: reading 60 stills takes about a second)."""
     cache = Path(cache_dir) / f"perception_{split}_seed{seed}.json"
     known: dict[str, str] = json.loads(cache.read_text()) if cache.exists() else {}
-    idx = scene_indices(split, count, seed)
+    idx = scene_indices(split, count, seed, held_out)
     todo = [i for i in idx if str(i) not in known]
     vlm = None
     if todo:
@@ -252,10 +274,17 @@ def known_topics(scenes: list[MemeScene]) -> list[str]:
 
 
 def trace(scene: MemeScene, gt: int, others: list[int], num_paths: int = 3, topic: str | None = None,
-          rng: np.random.Generator | None = None) -> str:
+          rng: np.random.Generator | None = None, topic_slot: bool = False) -> str:
     """The SFT target: the meme CoT whose anchored path leads to candidate ``gt`` (``others``: the other paths'
-    candidates), in the schema of ``planners.meme_cot`` (``num_paths`` 0: only the boxes)."""
-    caption = scene.candidates[gt]
+    candidates), in the schema of ``planners.meme_cot`` (``num_paths`` 0: only the boxes). With ``topic_slot`` the
+    topic word is written ``<topic>`` wherever the trace carries it (captions, ``User input:``, Step 1) [PROPOSED]."""
+
+    def say(caption: tuple[str, str]) -> tuple[str, str]:  # a caption as the trace writes it
+        if not (topic and topic_slot):
+            return caption
+        return to_topic_slot(caption[0], topic), to_topic_slot(caption[1], topic)
+
+    caption = say(scene.candidates[gt])
     boxes = f"Text on the Meme:\nbox1: {caption[0]}\nbox2: {caption[1]}\n"
     if num_paths == 0:
         return boxes
@@ -264,14 +293,15 @@ def trace(scene: MemeScene, gt: int, others: list[int], num_paths: int = 3, topi
     order = list(rng.permutation(len(chosen)))
     paths = [chosen[k] for k in order]
     anchor = paths.index(gt)
+    said = TOPIC_SLOT if topic and topic_slot else topic
     cot = MemeCoT(
         description=f"A {scene.template} scene: {SCENE_NOTES[scene.template]}.",
         usage_scenarios=USAGE_NOTES[scene.intent],
         text_analysis="Box 1 sets up, box 2 turns it.",
-        paths=[ReasoningPath(_context(scene.candidates[k], scene.names), _path_text(scene.candidates[k], scene.names)) for k in paths],
-        specific_analysis=f"User input: {topic}." if topic else "No user input: the funniest angle wins.",
+        paths=[ReasoningPath(_context(scene.candidates[k], scene.names), _path_text(say(scene.candidates[k]), scene.names)) for k in paths],
+        specific_analysis=f"User input: {said}." if topic else "No user input: the funniest angle wins.",
         anchor=anchor,
-        step1=_why(caption, scene.names, topic),
+        step1=_why(scene.candidates[gt], scene.names, said),
         step2="the setup in box 1, the punchline in box 2",
         text_on_meme=[caption[0], caption[1]],
     )
@@ -279,9 +309,10 @@ def trace(scene: MemeScene, gt: int, others: list[int], num_paths: int = 3, topi
 
 
 def sft_example(scene: MemeScene, num_paths: int = 3, rng: np.random.Generator | None = None,
-                topic_rate: float = 0.25, name_slots: bool = False) -> tuple[str, str]:
+                topic_rate: float = 0.25, name_slots: bool = False, topic_slot: bool = False) -> tuple[str, str]:
     """One (prompt, completion) pair traced back from ``scene`` (see the module docstring); with ``name_slots`` the
-    completion names the perceived objects by slot (``planners.meme_perception.to_name_slots``) [PROPOSED]."""
+    completion names the perceived objects by slot (``planners.meme_perception.to_name_slots``), with ``topic_slot``
+    it writes the topic (asked in a share ``topic_rate`` of the prompts, verbatim) as ``<topic>`` [PROPOSED]."""
     rng = rng or np.random.default_rng(0)
     gt = int(rng.choice(popular(scene)))
     topic = None
@@ -290,21 +321,22 @@ def sft_example(scene: MemeScene, num_paths: int = 3, rng: np.random.Generator |
         topic = str(rng.choice(words)) if words else None
     rest = [i for i in range(len(scene.candidates)) if i != gt and scene.candidates[i] != scene.candidates[gt]]
     others = [int(i) for i in rng.permutation(rest)]
-    completion = trace(scene, gt, others, num_paths, topic, rng)
+    completion = trace(scene, gt, others, num_paths, topic, rng, topic_slot)
     if name_slots:
         completion = to_name_slots(completion, listed_names(scene.perception))
     return lm_prompt(scene.perception, topic, num_paths), completion
 
 
 def sft_corpus(scenes: list[MemeScene], per_scene: int = 2, path_counts: tuple[int, ...] = (3, 1, 0),
-               seed: int = 0, name_slots: bool = False) -> list[dict]:
+               seed: int = 0, name_slots: bool = False, topic_slot: bool = False, topic_rate: float = 0.25) -> list[dict]:
     """``per_scene`` traces per scene and path count, as TRL prompt-completion rows
-    (``{"prompt", "completion", "num_paths", "scene"}``); ``name_slots``: see ``sft_example``."""
+    (``{"prompt", "completion", "num_paths", "scene"}``); ``name_slots``, ``topic_slot``, ``topic_rate``: see
+    ``sft_example``."""
     rng = np.random.default_rng(seed)
     rows = []
     for s in scenes:
         for k in path_counts:
             for _ in range(per_scene):
-                p, c = sft_example(s, k, rng, name_slots=name_slots)
+                p, c = sft_example(s, k, rng, topic_rate, name_slots=name_slots, topic_slot=topic_slot)
                 rows.append({"prompt": p, "completion": c, "num_paths": k, "scene": s.index})
     return rows

@@ -38,10 +38,15 @@ Published settings that do not fit a 2M-parameter model trained from scratch on 
 lr 1e-6 -> ``RLRecipe.lr``; 20 episodes x rollout batch 128 -> ``steps`` x ``batch``; up to 2,048 generated
 tokens -> ``max_completion_length`` (the SFT traces are at most ~260 tokens).
 
+**Data**: TRAIN scenes of all six templates (``--hold-out crowd,hide``: the generalisation study, the shipped writer's
+data and every run's until 2026-12-06). A writer with the topic slot (``training.humor_sft --topic-slot``) keeps it: without topics in the
+prompts (the shipped recipe) its rollouts never sample the slot; with them the slot is filled with the prompt's topic
+before the rewards read the boxes, as ``BuiltinMemeWriter.write`` does.
+
 Checkpoints every ``save_steps`` in OUT/run (the curve of preference against steps in docs/BENCHMARKS.md is
 measured on them); a rerun with the same OUT resumes from the last one.
 
-    python -m training.humor_rl --sft outputs/train/humor_sft --out DIR [--steps N] [--reward pairwise|pointwise]
+    python -m training.humor_rl --sft outputs/train/humor_sft --out DIR [--steps N] [--reward pairwise|pointwise] [--hold-out T,T]
 """
 
 from __future__ import annotations
@@ -94,6 +99,8 @@ class RLRecipe:
     topic_weight: float = 0.5
     save_steps: int = 25
     seed: int = 0
+    # templates kept out of the TRAIN prompts (the generalisation study: ("crowd", "hide")); none since 2026-12-06
+    held_out: tuple[str, ...] = ()
 
 
 def tiny_recipe() -> RLRecipe:
@@ -125,36 +132,42 @@ def prompt_topic(scene: Any, rate: float, seed: int = 0) -> str | None:
 def topic_reward(completions: Sequence[Any], topic: Sequence[str | None] | str | None = None, **kwargs: Any) -> list[float]:
     """1.0 for a completion whose boxes contain its prompt's ``topic`` (a dataset column), else 0.0; 0.0 without a
     topic and for a completion without readable boxes (module docstring)."""
-    from planners.meme_lm import mentions_topic
+    from planners.meme_lm import fill_topic_slot, mentions_topic
     from training.group_rl import _per_sample
 
     topics = _per_sample(topic, len(completions), "topic")
     out = []
     for c, t in zip(completions, topics):
-        boxes = _boxes_or_none(c) if t else None
-        out.append(float(boxes is not None and mentions_topic(t, boxes)))
+        boxes = _boxes_or_none(c) if t else None  # a topic-slot writer's slot is the topic once filled in
+        out.append(float(boxes is not None and mentions_topic(t, [fill_topic_slot(b, t) for b in boxes])))
     return out
 
 
 def make_rm_group_reward(rm: Any, images: dict[int, np.ndarray], group_size: int, pointwise: bool = False,
                          anchors: dict[int, list[Sequence[str]]] | None = None,
-                         slot_names: dict[int, list[str]] | None = None) -> Callable[..., list[float]]:
+                         slot_names: dict[int, list[str]] | None = None, topic_slot: bool = False) -> Callable[..., list[float]]:
     """The reward model's group reward as a TRL reward function ``fn(completions, scene, **kw)`` (see the module
     docstring); ``images[scene]`` is each scene's picture, ``scene`` a dataset column; ``anchors[scene]``, if given,
     the human memes (box texts) each completion is also compared with; ``slot_names[scene]``, for a writer that
-    names objects by slot, the names its slots stand for (filled in before scoring, as the writer does)."""
+    names objects by slot, the names its slots stand for (filled in before scoring, as the writer does); with
+    ``topic_slot``, the ``topic`` column fills the topic slot the same way."""
+    from planners.meme_lm import fill_topic_slot
     from planners.meme_perception import fill_name_slots
+    from training.group_rl import _per_sample
 
-    def reward(completions: Sequence[Any], scene: Sequence[int], **kwargs: Any) -> list[float]:
+    def reward(completions: Sequence[Any], scene: Sequence[int], topic: Any = None, **kwargs: Any) -> list[float]:
         n = len(completions)
         if n % group_size:
             raise InputError("completions", f"{n} completions", f"pass whole groups of {group_size}")
+        topics = _per_sample(topic, n, "topic") if topic_slot else [None] * n
         out: list[float] = []
         for start in range(0, n, group_size):
             boxes = [_boxes_or_none(c) for c in completions[start:start + group_size]]
             if slot_names is not None:
                 names = slot_names[int(scene[start])]
                 boxes = [None if b is None else [fill_name_slots(t, names) for t in b] for b in boxes]
+            if topic_slot:
+                boxes = [None if b is None else [fill_topic_slot(t, topics[start + i]) for t in b] for i, b in enumerate(boxes)]
             ok = [i for i, b in enumerate(boxes) if b is not None]
             r = np.zeros(group_size)
             if ok:
@@ -218,17 +231,27 @@ def grpo_config(out: Path, recipe: RLRecipe, **overrides):
     return GRPOConfig(**{**kw, **overrides})
 
 
+def _suppress_topic_slot(args, tokenizer, recipe: RLRecipe, topic_slot: bool):
+    """Without topics in the prompts a topic-slot writer's rollouts never sample the slot (as ``write`` does)."""
+    if not topic_slot or recipe.topic_rate > 0:
+        return args
+    from planners.meme_lm import TOPIC_SLOT
+
+    args.generation_kwargs = {**(args.generation_kwargs or {}), "suppress_tokens": [tokenizer.convert_tokens_to_ids(TOPIC_SLOT)]}
+    return args
+
+
 def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), reward_model: Any = "builtin", resume: bool = True) -> dict:
     from datasets import Dataset
     from transformers import AutoTokenizer, LlamaForCausalLM
     from trl import GRPOTrainer
 
     from planners.meme_cot import build_prompt
-    from planners.meme_lm import MARKER, BuiltinMemeWriter, lm_prompt, writer_uses_name_slots
+    from planners.meme_lm import MARKER, BuiltinMemeWriter, lm_prompt, writer_uses_name_slots, writer_uses_topic_slot
     from planners.meme_perception import listed_names
     from planners.meme_reward import load_reward_model
     from training.group_rl import format_reward_func
-    from training.humor_data import known_topics, load_scenes
+    from training.humor_data import check_held_out, known_topics, load_scenes
 
     if recipe.reward not in ("pairwise", "pointwise"):
         raise InputError("reward", recipe.reward, "choose pairwise (published) or pointwise (the ablation)")
@@ -238,16 +261,18 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
         raise InputError("topic_rate", recipe.topic_rate, "pass the share of prompts with a topic, 0 to 1")
     if recipe.topic_weight < 0:
         raise InputError("topic_weight", recipe.topic_weight, "pass a non-negative weight of the topic reward")
+    recipe = RLRecipe(**{**asdict(recipe), "held_out": check_held_out(recipe.held_out)})
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "train_config.json", {"model": KIND, "recipe": asdict(recipe)})
     t0 = time.perf_counter()
-    scenes = load_scenes("train", recipe.scenes)
+    scenes = load_scenes("train", recipe.scenes, held_out=recipe.held_out)
     rm = load_reward_model(reward_model)
     images = {s.index: s.still for s in scenes}
     topics = [prompt_topic(s, recipe.topic_rate, recipe.seed) for s in scenes]
     builtin = (Path(sft) / MARKER).exists()
     slots = builtin and writer_uses_name_slots(sft)
+    topic_slot = builtin and writer_uses_topic_slot(sft)
     if builtin:  # the builtin writer: a text-only causal LM reading the perception text
         processing = AutoTokenizer.from_pretrained(sft)
         model = LlamaForCausalLM.from_pretrained(sft, use_safetensors=True)
@@ -272,10 +297,12 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
     # the format share: a VLM policy is held to the published rule (LightRFT's compute_meme_format_reward); the
     # builtin writer to ours, whose optional path layer checks what it writes
     fmt = official_format_reward_func if not builtin else format_reward_func if recipe.format_paths is None else make_format_reward(recipe.format_paths)
-    rewards = [make_rm_group_reward(rm, images, recipe.group, pointwise=recipe.reward == "pointwise", anchors=anchors, slot_names=slot_names), fmt]
+    rewards = [make_rm_group_reward(rm, images, recipe.group, pointwise=recipe.reward == "pointwise", anchors=anchors, slot_names=slot_names,
+                                    topic_slot=topic_slot and recipe.topic_rate > 0), fmt]
     if recipe.topic_rate > 0:
         rewards.append(topic_reward)
-    trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=grpo_config(out, recipe), train_dataset=ds, processing_class=processing)
+    args = _suppress_topic_slot(grpo_config(out, recipe), processing, recipe, topic_slot)
+    trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=ds, processing_class=processing)
     ckpts = sorted((out / "run").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1])) if resume else []
     trainer.train(resume_from_checkpoint=str(ckpts[-1]) if ckpts else None)
     logs = [h for h in trainer.state.log_history if "reward" in h]
@@ -284,8 +311,8 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
              "curve": [{k: h.get(k) for k in ("step", "reward", "reward_std", "kl", "completions/mean_length")
                         if k in h} | {f: h[f] for f in h if f.startswith("rewards/")} for h in logs]}
     if builtin:
-        BuiltinMemeWriter(trainer.model.cpu(), processing, name_slots=slots, topics=known_topics(scenes)).save_pretrained(
-            out, {"stage": "rl", "reward": recipe.reward, "steps": facts["steps"]})
+        BuiltinMemeWriter(trainer.model.cpu(), processing, name_slots=slots, topics=known_topics(scenes), topic_slot=topic_slot).save_pretrained(
+            out, {"stage": "rl", "reward": recipe.reward, "steps": facts["steps"], "held_out": list(recipe.held_out)})
     else:
         trainer.save_model(str(out))
         processing.save_pretrained(out)
@@ -294,6 +321,8 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
 
 
 def main(argv=None) -> int:
+    from training.humor_sft import add_hold_out_argument
+
     ap = argparse.ArgumentParser(prog="python -m training.humor_rl", description=__doc__.splitlines()[0])
     ap.add_argument("--sft", default="outputs/train/humor_sft", help="the SFT writer folder (the policy's start and the KL reference)")
     ap.add_argument("--out", default="outputs/train/humor_rl")
@@ -309,6 +338,7 @@ def main(argv=None) -> int:
     ap.add_argument("--topic-rate", type=float, help="share of prompts with a topic (default 0: none, the shipped recipe) [PROPOSED]")
     ap.add_argument("--topic-weight", type=float, help="weight of the topic reward (default 0.5) [PROPOSED]")
     ap.add_argument("--save-steps", type=int, help="checkpoint every N steps (default 25), for choosing by the KL rule")
+    add_hold_out_argument(ap)
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
@@ -319,7 +349,8 @@ def main(argv=None) -> int:
     over = {k: v for k, v in (("steps", args.steps), ("reward", args.reward), ("lr", args.lr), ("format_paths", args.format_paths),
                                      ("top_p", args.top_p), ("batch", args.batch), ("group", args.group),
                                      ("human_anchors", args.human_anchors), ("save_steps", args.save_steps)) if v}
-    over.update({k: v for k, v in (("topic_rate", args.topic_rate), ("topic_weight", args.topic_weight)) if v is not None})
+    over.update({k: v for k, v in (("topic_rate", args.topic_rate), ("topic_weight", args.topic_weight), ("held_out", args.hold_out))
+                 if v is not None})
     recipe = RLRecipe(**{**asdict(recipe), **over})
     facts = train_rl(args.out, args.sft, recipe, args.reward_model, resume=not args.no_resume)
     print(json.dumps({k: v for k, v in facts.items() if k != "curve"}))

@@ -1,6 +1,7 @@
 """HUMOR stage 2: the builtin template-grouped reward model (``planners.meme_reward.BuiltinMemeRM``, spec b.3).
 
-Data: worldgen meme TRAIN scenes (the held-out templates never appear), every noisy pairwise vote within a
+Data: worldgen meme TRAIN scenes (all six templates by default; the shipped model was trained with ``--hold-out
+crowd,hide``, the generalisation study's templates, and ``make weights`` keeps that), every noisy pairwise vote within a
 scene, i.e. within one template and one picture (10% of the votes flipped, as worldgen draws them). Loss:
 ``training.group_rl.reward_model_loss`` (Bradley-Terry -log sigmoid(r_w - r_l) plus reward centring 0.01 x
 mean((r_w + r_l)^2), equal to TRL's ``RewardTrainer`` loss). Our own loop,
@@ -22,7 +23,7 @@ Features of the frozen encoders are computed once per run and kept in memory (im
 attribute read-out; texts: MiniLM token states per distinct box text). Checkpoints (model, optimiser, step)
 every ``save_every`` steps in OUT/run/checkpoint.pt (``torch.load(weights_only=True)``); a rerun resumes.
 
-    python -m training.humor_rm --out DIR [--steps N] [--tiny] [--no-resume]
+    python -m training.humor_rm --out DIR [--steps N] [--hold-out T,T] [--tiny] [--no-resume]
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class RMRecipe:
     save_every: int = 500
     seed: int = 0
     hallucination_share: float = 0.25  # [PROPOSED] share of each batch that is (real names, swapped names) pairs
+    # templates kept out of TRAIN (the shipped model: ("crowd", "hide"), the generalisation study); none by default
+    held_out: tuple[str, ...] = ()
     negatives_per_caption: int = 2
 
 
@@ -142,8 +145,9 @@ def train_rm(out: str | Path, recipe: RMRecipe = RMRecipe(), resume: bool = True
     from planners.builtin.text import MiniLM
     from planners.meme_reward import BuiltinMemeRM
     from training.group_rl import reward_model_loss
-    from training.humor_data import load_scenes
+    from training.humor_data import check_held_out, load_scenes
 
+    recipe = RMRecipe(**{**asdict(recipe), "held_out": check_held_out(recipe.held_out)})
     out = Path(out)
     (out / "run").mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "train_config.json", {"model": KIND, "recipe": asdict(recipe)})
@@ -152,7 +156,7 @@ def train_rm(out: str | Path, recipe: RMRecipe = RMRecipe(), resume: bool = True
     model = BuiltinMemeRM()
     vlm, text = load_builtin_vlm(), MiniLM()
     def feats(split: str, n: int) -> Features:
-        return Features(load_scenes(split, n), model, vlm, text, recipe.negatives_per_caption, recipe.seed)
+        return Features(load_scenes(split, n, held_out=recipe.held_out), model, vlm, text, recipe.negatives_per_caption, recipe.seed)
 
     train, val = feats("train", recipe.scenes), feats("val", recipe.val_scenes)
     logger.info("features ready in %.1f min", (time.perf_counter() - t0) / 60)
@@ -210,16 +214,21 @@ def train_rm(out: str | Path, recipe: RMRecipe = RMRecipe(), resume: bool = True
 
 
 def main(argv=None) -> int:
+    from training.humor_sft import add_hold_out_argument
+
     ap = argparse.ArgumentParser(prog="python -m training.humor_rm", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="outputs/train/humor_rm")
     ap.add_argument("--steps", type=int)
     ap.add_argument("--hallucination-share", type=float, help="share of each batch that pairs a real caption with "
                     "its object names swapped for absent ones [PROPOSED] (the recipe's default: 0.25; 0: the human votes only)")
+    add_hold_out_argument(ap)
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--no-resume", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     recipe = tiny_recipe() if args.tiny else RMRecipe()
+    if args.hold_out is not None:
+        recipe = RMRecipe(**{**asdict(recipe), "held_out": args.hold_out})
     if args.steps:
         recipe = RMRecipe(**{**asdict(recipe), "steps": args.steps})
     if args.hallucination_share is not None:
