@@ -116,3 +116,16 @@ def test_places_after_the_first_are_written_as_moves(vocab):
     centre = (n // 2) * n + n // 2
     assert vocab._cells(vocab._moves([None, centre + 2, None, centre + 3])) == [None, centre + 2, None, centre + 3]
     assert vocab._cells(vocab._moves([0, n - 1, n - 1, n - 1]))[1] == r
+
+
+def test_the_training_script_runs_both_parts_then_the_writer_alone(tmp_path):
+    from training.layout_planner import main
+
+    assert main(["--tiny", "--out", str(tmp_path / "a")]) == 0
+    first = LayoutPlanner.from_pretrained(tmp_path / "a")
+    assert main(["--tiny", "--out", str(tmp_path / "b"), "--parts", "writer", "--init", str(tmp_path / "a")]) == 0
+    second = LayoutPlanner.from_pretrained(tmp_path / "b")
+    # the painter came over untouched; the writer trained on
+    assert all(torch.equal(a, b) for a, b in zip(first.painter.state_dict().values(), second.painter.state_dict().values()))
+    assert not all(torch.equal(a, b) for a, b in zip(first.writer.state_dict().values(), second.writer.state_dict().values()))
+    assert (tmp_path / "b" / "card.md").read_text().count("writer alone") == 1
