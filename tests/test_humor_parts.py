@@ -2,6 +2,7 @@
 the reward models' heads and the RL reward functions (against the published judge protocol)."""
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -233,6 +234,18 @@ def test_human_anchors_join_every_completions_opponents():
     assert r == pytest.approx([(sig(1.0) + 1 + sig(0.0)) / 3, 0.0, (sig(-1.0) + 1 + sig(-1.0)) / 3])
     assert make_rm_group_reward(rm, img, 3, anchors={})([_completion("a"), "x", _completion("b")], scene=[0, 0, 0]) == \
         make_rm_group_reward(rm, img, 3)([_completion("a"), "x", _completion("b")], scene=[0, 0, 0])
+
+
+def test_the_distinct_reward_pays_a_caption_less_for_each_copy_in_its_group():
+    from training.humor_rl import RLRecipe, grpo_config, make_distinct_reward
+
+    reward = make_distinct_reward(4)
+    group = [_completion("a"), _completion("a"), _completion("b"), "no boxes"]
+    assert reward(group + [_completion(t) for t in "abcd"]) == pytest.approx([2 / 3, 2 / 3, 1.0, 0.0] + [1.0] * 4)
+    with pytest.raises(InputError, match="whole groups"):
+        reward(group[:3])
+    on = grpo_config(Path("unused"), RLRecipe(distinct_weight=0.5))
+    assert on.reward_weights == [1.0, 0.1, 0.5] and grpo_config(Path("unused"), RLRecipe()).reward_weights == [1.0, 0.1]
 
 
 def test_name_slots_round_trip_through_the_perception_text_and_the_rl_reward():
