@@ -304,12 +304,25 @@ def write_results(out: str | os.PathLike, meta: Mapping, summary: Any, rows: Seq
 
 
 def pareto_plot(points: Sequence[Mapping[str, Any]], path: str | os.PathLike, colours: Mapping[str, tuple[int, int, int]],
-                size: tuple[int, int] = (1000, 640), x_label: str = "mean TFLOPs per question (log)") -> Path:
+                size: tuple[int, int] = (1000, 640), x_label: str = "mean TFLOPs per question (log)",
+                more_panels: Sequence[tuple[Sequence[Mapping[str, Any]], str]] = ()) -> Path:
     """Accuracy against compute (log x), the Pareto front drawn as a grey line, written atomically as PNG.
 
     Each point is ``{"x": compute > 0, "y": accuracy in [0, 1], "group": key of colours, "tag": text
-    beside it}``; the legend lists ``colours``. Drawn with PIL: matplotlib is not a dependency of Atelier.
+    beside it}``; the legend lists ``colours``. ``more_panels``: further ``(points, x_label)`` panels drawn
+    side by side at the same size (say, the same methods against wall time). Drawn with PIL: matplotlib
+    is not a dependency of Atelier.
     """
+    from PIL import Image
+
+    panels = [_pareto_panel(points, colours, size, x_label)] + [_pareto_panel(p, colours, size, x) for p, x in more_panels]
+    img = Image.new("RGB", (size[0] * len(panels), size[1]), "white")
+    for i, panel in enumerate(panels):
+        img.paste(panel, (i * size[0], 0))
+    return _save_png(img, path)
+
+
+def _pareto_panel(points, colours, size, x_label):
     from PIL import Image, ImageDraw
 
     pts = [p for p in points if p["x"] > 0]
@@ -319,7 +332,7 @@ def pareto_plot(points: Sequence[Mapping[str, Any]], path: str | os.PathLike, co
     d = ImageDraw.Draw(img)
     if not pts:
         d.text((W // 2 - 60, H // 2), "no data", fill="black")
-        return _save_png(img, path)
+        return img
     xs = np.log10([p["x"] for p in pts])
     ys = np.array([100 * p["y"] for p in pts])
     x0 = float(np.floor(xs.min()))
@@ -340,7 +353,7 @@ def pareto_plot(points: Sequence[Mapping[str, Any]], path: str | os.PathLike, co
         d.line([left, yy, W - right, yy], fill=(230, 230, 230))
         d.text((left - 32, yy - 6), f"{y}%", fill="black")
     d.text(((W - right + left) // 2 - 90, H - 25), x_label, fill="black")
-    d.text((8, top - 28), "accuracy vs compute (Pareto front in grey)", fill="black")
+    d.text((8, top - 28), f"accuracy vs {x_label.split(' per ')[0].replace('mean ', '')} (Pareto front in grey)", fill="black")
     front = pareto_front(list(zip(xs, ys)))
     if len(front) > 1:
         d.line([px(x, y) for x, y in front], fill=(150, 150, 150), width=2)
@@ -353,7 +366,7 @@ def pareto_plot(points: Sequence[Mapping[str, Any]], path: str | os.PathLike, co
         y = top + 10 + 20 * i
         d.ellipse([W - right + 15, y, W - right + 25, y + 10], fill=colour, outline="black")
         d.text((W - right + 32, y - 1), name, fill="black")
-    return _save_png(img, path)
+    return img
 
 
 def _save_png(img, path: str | os.PathLike) -> Path:

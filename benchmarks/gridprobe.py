@@ -66,7 +66,8 @@ def load_pipeline(args):
 
 
 # the arguments that decide a row: a folder never mixes two settings (resume checks them)
-HEADER_KEYS = ("vlm", "answerer", "grids", "probe_scales", "levels", "max_options", "fixed_budget", "seed", "device", "dtype")
+HEADER_KEYS = ("vlm", "answerer", "grids", "probe_scales", "levels", "max_options", "fixed_budget", "seed", "device", "dtype",
+               "methods", "budgets", "probe_batch")
 # those merged shards must share (K and the probe scale are in every row, so shards may split them)
 MERGE_KEYS = ("vlm", "answerer", "levels", "max_options", "fixed_budget", "seed")
 
@@ -91,14 +92,14 @@ def run(args) -> list[dict]:
         evidence = {f for a, b in rec["evidence_ranges"] for f in range(a, b)}
         source = WorldFrames(sample.worlds["video"])
         for K in args.grids:
-            pipe.config = dataclasses.replace(base, grid=K)
+            pipe.config = dataclasses.replace(base, grid=K, probe_batch=args.probe_batch)
             t0 = time.perf_counter()
-            cmp = compare_methods(pipe, source, rec["question"], rec["options"], probe_scales=args.probe_scales,
-                                  fixed_budget=args.fixed_budget, generator=seed)
+            cmp = compare_methods(pipe, source, rec["question"], rec["options"], probe_scales=args.probe_scales, methods=args.methods,
+                                  fixed_budget=args.fixed_budget, generator=seed, budgets=args.budgets or ())
             for r in cmp.results:
                 item_rows.append({
                     "item": i, "seed": seed, "level": level, "kind": rec["kind"], "K": K, "method": r.method,
-                    "probe_scale": r.probe_scale, "label": r.label, "correct": r.answer_index == rec["answer_index"],
+                    "probe_scale": r.probe_scale, "budget": r.budget, "label": r.label, "correct": r.answer_index == rec["answer_index"],
                     "answer_index": r.answer_index, "gold_index": rec["answer_index"], "tflops": r.tflops,
                     "seconds": r.seconds, "n_frames": len(r.frames), "m_eff": r.m_eff,
                     "evidence_hit": any(f in evidence for f in r.frames), "shape": r.extra.get("shape"),
@@ -106,9 +107,42 @@ def run(args) -> list[dict]:
             logger.info("item %d (%d of %d) level %d %-9s K=%-2d %.1f s  gridprobe: %s", i, i - args.start + 1, args.n, level, rec["kind"], K,
                         time.perf_counter() - t0,
                         " ".join(f"{'ok' if r.answer_index == rec['answer_index'] else 'xx'}(M={r.m_eff})"
-                                 for r in cmp.results if r.method == "gridprobe"))
+                                 for r in cmp.results if r.method == "gridprobe" and not r.budget))
         log.append(item_rows)  # a whole item at a time: a resumed run redoes at most one item
     return log.select(items)
+
+
+def comma_words(text: str) -> list[str]:
+    from pipelines.gridprobe import METHODS
+
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    bad = [w for w in words if w not in METHODS]
+    if not words or bad:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose among {', '.join(METHODS)}")
+    return words
+
+
+def parse_budgets(text: str) -> list[dict]:
+    """``'gamma=6;max_frames=64,gamma=4.5'`` -> ``[{"gamma": 6.0}, {"max_frames": 64, "gamma": 4.5}]``."""
+    from pipelines.gridprobe.baselines import BUDGET_SETTINGS
+
+    kinds = {"budget_rule": str, "gamma": float, "min_frames": int, "max_frames": int, "tie_break": str}
+    budgets = []
+    for spec in (s.strip() for s in text.split(";") if s.strip()):
+        budget = {}
+        for pair in spec.split(","):
+            key, _, value = pair.partition("=")
+            key = key.strip()
+            if key not in BUDGET_SETTINGS or not value.strip():
+                raise argparse.ArgumentTypeError(f"{pair!r}: write key=value with a key among {', '.join(BUDGET_SETTINGS)}")
+            try:
+                budget[key] = kinds[key](value.strip())
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{pair!r}: {key} takes a {kinds[key].__name__}") from None
+        budgets.append(budget)
+    if not budgets:
+        raise argparse.ArgumentTypeError(f"{text!r}: give at least one budget setting")
+    return budgets
 
 
 def _fewer_options(rec: dict, n: int) -> dict:
@@ -144,7 +178,7 @@ def summarise(rows: list[dict]) -> dict:
         rep = accuracy_report(g, by=("kind", "level"))
         tf = rep["compute"]["mean"]
         entry = {
-            "K": K, "label": label, "method": g[0]["method"], "probe_scale": g[0]["probe_scale"], "n": len(g),
+            "K": K, "label": label, "method": g[0]["method"], "probe_scale": g[0]["probe_scale"], "budget": g[0].get("budget", ""), "n": len(g),
             "accuracy": rep["overall"].to_dict(), "mean_tflops": tf, "tflops_ci": [rep["compute"]["low"], rep["compute"]["high"]],
             "vs_full_frame": tf / full[K] if full.get(K) else None,
             "mean_frames": float(np.mean([r["n_frames"] for r in g])),
@@ -171,7 +205,7 @@ def paired_differences(rows: list[dict], n_boot: int = 2000) -> list[dict]:
     by = {(r["K"], r["label"], r["item"]): r for r in rows}
     out = []
     for K, label in sorted({(r["K"], r["label"]) for r in rows if r["method"] == "gridprobe"}):
-        scale = label.split("@")[1]
+        scale = label.split("@")[1].split("/")[0]
         for other, kind in (("full_frame", None), (f"uniform_meff@{scale}", None), (f"encoder_meff@{scale}", None),
                             (f"encoder_meff@{scale}", "negation"), (f"encoder_meff@{scale}", "counting")):
             pairs = [(r, by[(K, other, r["item"])]) for (k, lab, _), r in by.items()
@@ -190,6 +224,10 @@ def _method_order(row: dict) -> int:
     from pipelines.gridprobe import METHODS
 
     return METHODS.index(row["method"])
+
+
+def _name(m: dict) -> str:
+    return m["method"] + (f" ({m['budget']})" if m.get("budget") else "")
 
 
 def _scale(m: dict) -> str:
@@ -213,19 +251,19 @@ def markdown(summary: dict, meta: dict) -> str:
     ]  # fmt: skip
     lines += markdown_table(
         ["K", "method", "probe scale", "accuracy % [95% CI]", "mean TFLOPs", "x full-frame", "mean frames", "evidence hit %", "s / question"],
-        [[m["K"], m["method"], _scale(m), accuracy_cell(m["accuracy"]), f"{m['mean_tflops']:.4g}",
+        [[m["K"], _name(m), _scale(m), accuracy_cell(m["accuracy"]), f"{m['mean_tflops']:.4g}",
           f"{m['vs_full_frame']:.3f}" if m["vs_full_frame"] is not None else "-", f"{m['mean_frames']:.1f}",
           f"{100 * m['evidence_hit']:.0f}", f"{m['mean_seconds']:.3f}"] for m in ms])  # fmt: skip
     kinds = sorted({k for m in ms for k in m["by_kind"]})
     lines += ["", "## Accuracy by question kind (%, n in brackets)", ""]
     lines += markdown_table(["K", "method", "probe scale", *kinds],
-                            [[m["K"], m["method"], _scale(m), *_cells(m["by_kind"], kinds, lambda a: f"{100 * a['value']:.0f} ({a['n']})")]
+                            [[m["K"], _name(m), _scale(m), *_cells(m["by_kind"], kinds, lambda a: f"{100 * a['value']:.0f} ({a['n']})")]
                              for m in ms])
     levels = sorted({lv for m in ms for lv in m["by_level"]})
     lines += ["", "## Accuracy by difficulty level, and GridProbe's budget", ""]
     lines += markdown_table(
         ["K", "method", "probe scale", *(f"level {lv}" for lv in levels), "mean M_eff by level", "Spearman(M_eff, level)"],
-        [[m["K"], m["method"], _scale(m), *_cells(m["by_level"], levels, lambda a: f"{100 * a['value']:.0f}"),
+        [[m["K"], _name(m), _scale(m), *_cells(m["by_level"], levels, lambda a: f"{100 * a['value']:.0f}"),
           ", ".join(f"{v:.1f}" for v in m.get("mean_m_eff_by_level", {}).values()) or "-",
           f"{m['spearman_meff_level']:.3f}" if "spearman_meff_level" in m else "-"] for m in ms])  # fmt: skip
     by_kind = [m for m in ms if "spearman_meff_level_by_kind" in m]
@@ -233,7 +271,7 @@ def markdown(summary: dict, meta: dict) -> str:
         kk = sorted({k for m in by_kind for k in m["spearman_meff_level_by_kind"]})
         lines += ["", "## Spearman(M_eff, level) within each question kind", ""]
         lines += markdown_table(["K", "method", "probe scale", *kk],
-                                [[m["K"], m["method"], f"{m['probe_scale']:g}", *_cells(m["spearman_meff_level_by_kind"], kk, "{:.3f}".format)]
+                                [[m["K"], _name(m), f"{m['probe_scale']:g}", *_cells(m["spearman_meff_level_by_kind"], kk, "{:.3f}".format)]
                                  for m in by_kind])
     lines += ["", "## GridProbe against the baselines on the same questions (paired)", "",
               "Difference in accuracy, percentage points, with a paired bootstrap 95% interval; for full-frame also "
@@ -252,10 +290,11 @@ COLOURS = {"gridprobe": (214, 39, 40), "probe_ensemble": (255, 127, 14), "full_f
            "encoder_meff": (227, 119, 194)}
 
 
-def pareto_points(summary: dict) -> list[dict]:
-    """Every (K, method, probe scale) of a summary as a point of ``benchmarks.common.pareto_plot``."""
-    return [{"x": m["mean_tflops"], "y": m["accuracy"]["value"], "group": m["method"],
-             "tag": f"K{m['K']}" + (f"@{m['probe_scale']:g}" if m["probe_scale"] is not None else "")}
+def pareto_points(summary: dict, x: str = "mean_tflops") -> list[dict]:
+    """Every (K, method, probe scale, budget) of a summary as a point of ``benchmarks.common.pareto_plot``, at
+    ``x`` = ``mean_tflops`` or ``mean_seconds`` (wall time)."""
+    return [{"x": m[x], "y": m["accuracy"]["value"], "group": m["method"],
+             "tag": f"K{m['K']}" + (f"@{m['probe_scale']:g}" if m["probe_scale"] is not None else "") + (f" {m['budget']}" if m.get("budget") else "")}
             for m in summary["methods"]]
 
 
@@ -274,6 +313,12 @@ def main(argv=None) -> int:
     ap.add_argument("--max-options", type=int, help="ask with at most this many options (the answer kept): isolates the number of "
                     "choices from the rest of a level's difficulty (default: the level's 4 / 6 / 8)")
     ap.add_argument("--fixed-budget", type=int, default=8, help="M of the uniform-M baseline (default 8)")
+    ap.add_argument("--methods", type=comma_words, help="run only these methods, comma-separated (default: all of "
+                    "gridprobe, probe_ensemble, full_frame, uniform_m, uniform_meff, random_meff, encoder_meff)")
+    ap.add_argument("--budgets", type=parse_budgets, help="further GridProbe budget settings on the same probes, ';'-separated, "
+                    "each 'key=value,...' of budget_rule, gamma, min_frames, max_frames, tie_break (e.g. 'gamma=6;max_frames=64'): "
+                    "one focused pass each, so a Pareto sweep over the budget costs no new probes")
+    ap.add_argument("--probe-batch", type=int, help="probes per forward (default K: a row or a column at once; 1: one at a time)")
     ap.add_argument("--seed", type=int, default=0, help="base seed inside the test split (default 0)")
     ap.add_argument("--device")
     ap.add_argument("--dtype")
@@ -325,7 +370,8 @@ def main(argv=None) -> int:
             "answerer": args.answerer, "fixed_budget": args.fixed_budget, "seed": args.seed, "max_options": args.max_options,
             "seconds": elapsed, "python": platform.python_version(), "machine": platform.machine()}
     write_results(out, meta, summary, rows, markdown(summary, meta))
-    pareto_plot(pareto_points(summary), out / "pareto.png", COLOURS)
+    pareto_plot(pareto_points(summary), out / "pareto.png", COLOURS,
+                more_panels=[(pareto_points(summary, "mean_seconds"), "mean seconds per question, one thread (log)")])
     print(f"wrote {out / 'results.json'}, {out / 'results.md'} and {out / 'pareto.png'}")
     return 0
 

@@ -133,7 +133,28 @@ class HFVisionLanguageModel:
         return self._encode_chat([user_turn(frames, prompt)])
 
     def _encode_chat(self, messages: Sequence[Message]) -> Any:
-        """Chat-template text (with the generation prompt) plus pixels, as the processor returns them (CPU tensors).
+        """Chat-template text plus pixels of one conversation, as the processor returns them (CPU tensors)."""
+        return self._encode_chats([messages])
+
+    def _encode_chats(self, conversations: Sequence[Sequence[Message]]) -> Any:
+        """Several conversations in one processor call (one row each; see ``_encode_chat`` for one)."""
+        texts, images, videos, metadata = [], [], [], []
+        for messages in conversations:
+            text, conv_images, conv_videos, conv_metadata = self._chat_parts(messages)
+            texts.append(text)
+            images.append(conv_images)
+            videos += conv_videos
+            metadata += conv_metadata
+        kwargs: dict[str, Any] = {"images": images} if any(images) else {}
+        if videos:
+            kwargs.update(videos=videos, video_metadata=metadata, do_sample_frames=False)
+            if hasattr(getattr(self.processor, "video_processor", None), "cap_pixels_per_frame"):
+                kwargs["cap_pixels_per_frame"] = True  # the qwen-vl-utils resolution rule the reference used
+        return self.processor(text=texts, return_tensors="pt", padding=len(texts) > 1, **kwargs)
+
+    def _chat_parts(self, messages: Sequence[Message]) -> tuple[str, list, list, list]:
+        """Chat-template text (with the generation prompt), then the conversation's images, videos and video
+        metadata in the order the processor takes them.
 
         Images go in nested per sample, in order (SmolVLM / Idefics3 require it, the Qwen processors accept
         it); a one-frame video goes in as an image, and a processor without video support (Idefics3) gets a
@@ -167,12 +188,7 @@ class HFVisionLanguageModel:
                                      "duration": n / fps, "height": h, "width": w})
             chat.append({"role": message.role, "content": content})
         text = self.processor.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-        kwargs: dict[str, Any] = {"images": [images]} if images else {}
-        if videos:
-            kwargs.update(videos=videos, video_metadata=metadata, do_sample_frames=False)
-            if hasattr(video_processor, "cap_pixels_per_frame"):
-                kwargs["cap_pixels_per_frame"] = True  # the qwen-vl-utils resolution rule the reference used
-        return self.processor(text=[text], return_tensors="pt", **kwargs)
+        return text, images, videos, metadata
 
     def _on_device(self, batch: Any) -> dict[str, torch.Tensor]:
         """Every processor output (``mm_token_type_ids`` included: transformers 5 needs it for M-RoPE) on the model's device."""
@@ -201,6 +217,25 @@ class HFVisionLanguageModel:
         if letters not in self._letter_ids:
             self._letter_ids[letters] = letter_token_ids(self.processor.tokenizer, letters, self.letter_pooling)
         return posterior_from_logits(logits, self._letter_ids[letters])
+
+    @torch.no_grad()
+    def option_posteriors(self, clips: Sequence[np.ndarray], prompt: str, options: Sequence[str],
+                          relative_times: Sequence[Sequence[float] | None] | None = None) -> np.ndarray:
+        """``option_posterior`` of each clip, ``(len(clips), len(options))``, from one batched forward. GridProbe's
+        probes (equal clips, one prompt) give rows of one length: no padding, so each row is the lone forward's up
+        to float rounding. Rows of different lengths would need padding, which changes what a model without
+        padding-aware positions computes: those clips go one at a time instead."""
+        letters = "".join(check_options(options))
+        clips = [check_frames(f) for f in clips]
+        if relative_times is not None and len(relative_times) != len(clips):
+            raise InputError("relative_times", f"{len(relative_times)} lists for {len(clips)} clips", "pass one list of times per clip, or None")
+        batch = self._encode_chats([[user_turn(f, prompt)] for f in clips])
+        if "attention_mask" in batch and not bool(batch["attention_mask"].all()):
+            return np.stack([self.option_posterior(f, prompt, options) for f in clips])
+        logits = self.model(**self._on_device(batch), use_cache=False, logits_to_keep=1).logits[:, -1]
+        if letters not in self._letter_ids:
+            self._letter_ids[letters] = letter_token_ids(self.processor.tokenizer, letters, self.letter_pooling)
+        return np.stack([posterior_from_logits(row, self._letter_ids[letters]) for row in logits])
 
     @torch.no_grad()
     def generate(self, messages: Message | Sequence[Message], max_new_tokens: int = 32, do_sample: bool = False,

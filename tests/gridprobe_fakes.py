@@ -98,6 +98,19 @@ class FakeVLM:
         return float(n_frames * h * w * 1000 + len(prompt))
 
 
+class BatchingVLM(FakeVLM):
+    """A ``FakeVLM`` that also answers several clips in one call (``option_posteriors``); records each batch's size."""
+
+    def __init__(self, rule: Rule, **kw):
+        super().__init__(rule, **kw)
+        self.batches: list[int] = []
+
+    def option_posteriors(self, clips, prompt: str, options: Sequence[str], relative_times=None) -> np.ndarray:
+        self.batches.append(len(clips))
+        times = relative_times or [None] * len(clips)
+        return np.stack([self.option_posterior(c, prompt, options, t) for c, t in zip(clips, times)])
+
+
 class ImageOnlyVLM(FakeVLM):
     """Like FakeVLM but without ``encode_text`` (a transformers chat VLM, for the encoder baseline)."""
 

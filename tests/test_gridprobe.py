@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from core.errors import InputError
-from gridprobe_fakes import CountingSource, FakeVLM, ImageOnlyVLM, frame_ids, holistic_rule, id_frames, needle_rule
+from gridprobe_fakes import BatchingVLM, CountingSource, FakeVLM, ImageOnlyVLM, frame_ids, holistic_rule, id_frames, needle_rule
 from pipelines import GridProbePipeline as ExportedPipeline
 from pipelines.gridprobe import (GridLayout, GridProbeConfig, GridProbePipeline, budget_from_shape_strength, compare_methods,
                                  importance_map, select_budget, select_positions, shape_adaptive_budget, shape_stats)
@@ -241,6 +241,26 @@ def test_selector_and_answerer_see_the_expected_frame_counts():
     assert GridProbePipeline(selector=same, answerer=same).answerer is None
 
 
+@pytest.mark.parametrize("probe_batch, batches", [(None, [5, 5]), (2, [2, 2, 1, 2, 2, 1]), (1, [])])
+def test_probes_go_a_row_or_a_column_per_forward_with_the_same_posteriors(probe_batch, batches):
+    K = 5
+    lone = make_pipe(needle_rule({7, 18}, 1), grid=K)
+    selector = BatchingVLM(needle_rule({7, 18}, 1))
+    pipe = GridProbePipeline(GridProbeConfig(grid=K, probe_batch=probe_batch), selector=selector)
+    pipe.set_progress_bar_config(disable=True)
+    steps = []
+    out = pipe(id_frames(K * K), "q?", OPTIONS, callback_on_step_end=lambda p, step, info: steps.append((step, info["axis"], info["index"])))
+    ref = lone(id_frames(K * K), "q?", OPTIONS)
+    assert selector.batches == batches  # never a batch across the rows/columns boundary; 1: one call per probe
+    assert [c["ids"] for c in selector.calls] == [c["ids"] for c in lone.selector.calls]
+    np.testing.assert_allclose(out.row_conf, ref.row_conf)
+    np.testing.assert_allclose(out.col_conf, ref.col_conf)
+    assert out.row_pred == ref.row_pred and out.col_pred == ref.col_pred and out.frames == ref.frames and out.tflops == ref.tflops
+    assert steps == [(i, "row" if i < K else "col", i % K) for i in range(2 * K)]  # one callback per probe, in order
+    with pytest.raises(InputError, match="probe_batch"):
+        GridProbeConfig(probe_batch=0)
+
+
 # ---- frames, resolutions, compute ------------------------------------------------------------
 
 
@@ -379,6 +399,23 @@ def test_compare_methods_shares_probes_and_reports_every_method():
     pipe.config.grid = 2
     with pytest.raises(InputError, match="pool"):
         compare_methods(pipe, pool, "q?", OPTIONS)
+
+
+def test_budget_variants_reuse_the_probes_and_each_keeps_its_own_budget():
+    K = 4
+    fake = FakeVLM(holistic_rule(1))  # a flat map: the default budget keeps every frame
+    pipe = GridProbePipeline(GridProbeConfig(grid=K), selector=fake)
+    pipe.set_progress_bar_config(disable=True)
+    budgets = [{"max_frames": 5}, {"max_frames": 5, "tie_break": "spread"}]
+    cmp = compare_methods(pipe, CountingSource(K * K), "q?", OPTIONS, methods=["gridprobe"], budgets=budgets)
+    assert [r.label for r in cmp.results] == ["gridprobe@0.5", "gridprobe@0.5/max_frames=5", "gridprobe@0.5/max_frames=5,tie_break=spread"]
+    assert [r.m_eff for r in cmp.results] == [K * K, 5, 5]
+    assert cmp.results[1].frames == list(range(11, 16)) and cmp.results[2].frames != cmp.results[1].frames  # ties: last frames, or spread
+    assert len([c for c in fake.calls if c["n_frames"] == K]) == 2 * K  # the probes ran once for all three
+    assert cmp.results[1].tflops < cmp.results[0].tflops and pipe.config.max_frames is None  # the pipeline's own settings are back
+    for bad in ({}, {"grid": 3}, {"gamma": -1.0}):
+        with pytest.raises(InputError):
+            compare_methods(pipe, CountingSource(K * K), "q?", OPTIONS, methods=["gridprobe"], budgets=[bad])
 
 
 def test_baseline_frame_choices():

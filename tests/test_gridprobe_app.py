@@ -171,7 +171,20 @@ def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
     assert "| K | method |" in md and "Spearman" in md and "within each question kind" in md
     gp = next(m for m in data["summary"]["methods"] if m["method"] == "gridprobe")
     assert set(gp["spearman_meff_level_by_kind"]) == {r["kind"] for r in data["rows"]}
-    assert Image.open(out / "pareto.png").size == (1000, 640)
+    assert Image.open(out / "pareto.png").size == (2000, 640)  # TFLOPs and wall-time panels
+    # --methods and --budgets: only the asked methods, GridProbe under each budget on the same probes
+    sweep = tmp_path / "sweep"
+    assert bench(["--vlm", str(tiny_vlm_dirs["qwen3-vl"]), "--n", "1", "--grids", "2", "--probe-scales", "0.5", "--levels", "1",
+                  "--methods", "gridprobe,full_frame", "--budgets", "gamma=6;max_frames=2,tie_break=spread", "--probe-batch", "1",
+                  "--out", str(sweep)]) == 0
+    data = json.loads((sweep / "results.json").read_text())
+    assert {m["label"] for m in data["summary"]["methods"]} == {"full_frame", "gridprobe@0.5", "gridprobe@0.5/gamma=6",
+                                                                 "gridprobe@0.5/max_frames=2,tie_break=spread"}
+    assert {d["gridprobe"] for d in data["summary"]["paired"]} == {"gridprobe@0.5", "gridprobe@0.5/gamma=6", "gridprobe@0.5/max_frames=2,tie_break=spread"}
+    assert "gridprobe (gamma=6)" in (sweep / "results.md").read_text()
+    for bad in (["--methods", "gridprobe,nope"], ["--budgets", "grid=3"], ["--budgets", "gamma=x"]):
+        with pytest.raises(SystemExit):
+            bench([*bad, "--n", "1", "--out", str(tmp_path / "bad")])
     # shards: a second process takes items 2-3; a re-run of the first shard skips its finished items
     shard = tmp_path / "shard"
     common = ["--vlm", str(tiny_vlm_dirs["qwen3-vl"]), "--grids", "2", "--levels", "1"]

@@ -314,3 +314,19 @@ def test_builtin_mcq_posterior_agrees_with_option_posterior(builtin, caption_cli
     assert int(np.argmax(logp)) == int(np.argmax(builtin.option_posterior(frames, prompt, options, times))) == 0
     with pytest.raises(InputError, match="caption vocabulary"):
         mcq_posterior(builtin, user_turn(frames, prompt, times), options)  # the decoder knows no letters
+
+
+def test_batched_option_posteriors_equal_one_clip_at_a_time(case):
+    """GridProbe's batched probes: one forward over several equal clips gives each clip's lone posterior."""
+    vlm, _ = case
+    rng = np.random.default_rng(1)
+    size = (64, 64) if vlm.backend == "builtin" else (48, 64)
+    clips = [rng.integers(0, 256, (4, *size, 3), dtype=np.uint8) for _ in range(3)]
+    times = [[0, 0.3, 0.6, 1], [0.1, 0.2, 0.3, 0.4], None]
+    batched = vlm.option_posteriors(clips, PROMPT, OPTIONS, relative_times=times)
+    alone = np.stack([vlm.option_posterior(c, PROMPT, OPTIONS, relative_times=t) for c, t in zip(clips, times)])
+    assert batched.shape == (3, len(OPTIONS))
+    np.testing.assert_allclose(batched, alone, atol=1e-4)
+    assert not np.allclose(alone[0], alone[1], atol=1e-3)  # the clips differ, so a shared row would fail
+    with pytest.raises(InputError, match="relative_times"):
+        vlm.option_posteriors(clips, PROMPT, OPTIONS, relative_times=times[:2])

@@ -21,6 +21,7 @@ depend on the probes run once; identical frame sets share one forward (``Pool.pa
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -55,11 +56,22 @@ class MethodResult:
     probe_scale: float | None = None
     m_eff: int | None = None
     extra: dict = field(default_factory=dict)
+    budget: str = ""  # GridProbe under other budget settings than the pipeline's (``budget_label``); "" for the pipeline's
 
     @property
     def label(self) -> str:
-        """``method`` plus the probe scale for probe-dependent methods, e.g. ``gridprobe@0.5``."""
-        return self.method if self.probe_scale is None else f"{self.method}@{self.probe_scale:g}"
+        """``method`` plus the probe scale for probe-dependent methods and any other budget, e.g. ``gridprobe@0.5``,
+        ``gridprobe@0.25/gamma=6``."""
+        label = self.method if self.probe_scale is None else f"{self.method}@{self.probe_scale:g}"
+        return f"{label}/{self.budget}" if self.budget else label
+
+
+BUDGET_SETTINGS = ("budget_rule", "gamma", "min_frames", "max_frames", "tie_break")
+
+
+def budget_label(budget: dict) -> str:
+    """``gamma=6,max_frames=48``: a budget variant's settings in a fixed order."""
+    return ",".join(f"{k}={budget[k]:g}" if isinstance(budget[k], float) else f"{k}={budget[k]}" for k in BUDGET_SETTINGS if k in budget)
 
 
 @dataclass
@@ -128,7 +140,7 @@ def _check_budget(m: int, pool_size: int) -> None:
 def compare_methods(pipe: GridProbePipeline, video: VideoInput | Pool, question: str, options: Sequence[str], *,
                     probe_scales: Sequence[float] | None = None, methods: Sequence[str] | None = None,
                     fixed_budget: int = 8, generator: np.random.Generator | int | None = 0,
-                    subtitles: str | None = None) -> Comparison:
+                    subtitles: str | None = None, budgets: Sequence[dict] = ()) -> Comparison:
     """Run GridProbe and the baselines on one question.
 
     Args:
@@ -141,8 +153,15 @@ def compare_methods(pipe: GridProbePipeline, video: VideoInput | Pool, question:
             warning) when the selector has no ``encode_text``.
         fixed_budget: M of ``uniform_m`` (clipped to K²). [DEFAULT 8, MDP3's budget in the paper]
         generator: numpy generator or seed for ``random_meff``.
+        budgets: further budget settings for GridProbe (dicts of ``BUDGET_SETTINGS``, e.g. ``{"gamma": 6}``), each
+            run on the same probes and given its own result (``MethodResult.budget``): a Pareto sweep over the
+            budget costs one focused pass per setting, not new probes.
     """
     pipe.check_inputs(question, options)
+    for b in budgets:
+        if not b or set(b) - set(BUDGET_SETTINGS):
+            raise InputError("budgets", b, f"pass dicts of {', '.join(BUDGET_SETTINGS)}")
+        dataclasses.replace(pipe.config, **b)  # checks the values
     letters = check_options(options)
     methods = _resolve_methods(pipe, methods)
     scales = [check_scale("probe_scales", s) for s in (probe_scales or [pipe.config.probe_scale])]
@@ -176,9 +195,16 @@ def compare_methods(pipe: GridProbePipeline, video: VideoInput | Pool, question:
         outputs[scale] = out
         m_eff = out.m_eff
         if "gridprobe" in methods:
-            results.append(MethodResult("gridprobe", out.answer_index, out.answer, out.posterior, out.frames,
-                                        out.tflops["total"], out.seconds["probe"] + out.seconds["focus"], scale, m_eff,
-                                        {"shape": out.shape, "probe_tflops": out.tflops["probe"]}))
+            base = pipe.config
+            for b in [{}, *budgets]:
+                pipe.config = dataclasses.replace(base, **b)
+                try:
+                    o = out if not b else pipe.finish(pool, probe, question, options, prompt, output_frames=False)
+                finally:
+                    pipe.config = base
+                results.append(MethodResult("gridprobe", o.answer_index, o.answer, o.posterior, o.frames,
+                                            o.tflops["total"], o.seconds["probe"] + o.seconds["focus"], scale, o.m_eff,
+                                            {"shape": o.shape, "probe_tflops": o.tflops["probe"]}, budget_label(b)))
         if "probe_ensemble" in methods:
             results.append(result("probe_ensemble", range(n), np.log(out.ensemble_posterior), probe.flops, probe.seconds,
                                   probe_scale=scale))

@@ -63,6 +63,10 @@ class GridProbeConfig(PipelineConfig):
             default video budget, aspect kept) and ``official_crossmodel`` =
             eval/two_stage_eval_crossmodel.py (50176 px: a 224x224 square, aspect not kept);
             ``probe_scale`` / ``probe_size`` are then unused.
+        probe_batch: probes per forward for a selector with ``option_posteriors`` (the builtin and hf VLMs): the
+            default None batches a whole row, then a whole column (K probes of K frames: the pool's size again);
+            1 runs them one at a time, as the reference. The posteriors are the same up to float rounding
+            (each probe's prompt and frame count are equal, so no padding), only the wall time changes.
         focus_scale / focus_size: the focused pass's resolution (default: full size).
         prompt_style: ``default`` (ours, lmms-eval wording), or the official code's ``videomme``
             (Video-MME v1), ``videomme_v2`` or ``longvideobench`` prompt, character for character
@@ -80,6 +84,8 @@ class GridProbeConfig(PipelineConfig):
     probe_size: tuple[int, int] | None = setting(None, help="probe size (H, W) in pixels; overrides probe_scale")
     probe_resolution: str = setting("scale", help="'scale' (probe_scale / probe_size) or the official scripts' probe resolution",
                                     choices=PROBE_RESOLUTIONS)
+    probe_batch: int | None = setting(None, help="probes per forward where the selector batches them (default K: a whole row, then a whole column; "
+                                                  "1: one at a time, as the reference)", range=(1, None))
     focus_scale: float = setting(1.0, help="focused-pass resolution as a fraction of the source side", range=(1e-3, 1.0))
     focus_size: tuple[int, int] | None = setting(None, help="focused-pass size (H, W) in pixels; overrides focus_scale")
     prompt_style: str = setting("default", help="MCQ prompt wording (default: lmms-eval's; others: the official benchmark prompts)", choices=PROMPT_STYLES)

@@ -324,12 +324,28 @@ class GridProbePipeline(Pipeline):
         frames = self.probe_frames(pool, scale)
         logps, flops = [], 0.0
         probes = self.layout.probes()
-        for step, probe in enumerate(self.progress_bar(probes, total=len(probes), desc="GridProbe probes")):
-            logps.append(np.asarray(self.selector.option_posterior(frames[list(probe.positions)], prompt, options, relative_times=pool.relative_times(probe.positions))))
-            flops += float(self.selector.flops(len(probe.positions), prompt, size))
-            self.step_end(callback, step, {"stage": "probe", "axis": probe.axis, "index": probe.index, "total_steps": len(probes),
-                                           "peak_posterior": peak_posterior(logps[-1])})
         K = self.config.grid
+        per_forward = self.config.probe_batch or K
+        batched = getattr(self.selector, "option_posteriors", None) if per_forward > 1 else None
+        bar = self.progress_bar(total=len(probes), desc="GridProbe probes")
+        try:
+            step = per_forward if batched else 1
+            # rows, then columns: a batch never mixes the two
+            for chunk in (axis[i:i + step] for axis in (probes[:K], probes[K:]) for i in range(0, K, step)):
+                clips = [frames[list(p.positions)] for p in chunk]
+                times = [pool.relative_times(p.positions) for p in chunk]
+                if batched:
+                    out = np.asarray(batched(clips, prompt, options, relative_times=times))
+                else:
+                    out = np.asarray(self.selector.option_posterior(clips[0], prompt, options, relative_times=times[0]))[None]
+                for probe, logp in zip(chunk, out):
+                    logps.append(logp)
+                    flops += float(self.selector.flops(len(probe.positions), prompt, size))
+                    self.step_end(callback, len(logps) - 1, {"stage": "probe", "axis": probe.axis, "index": probe.index,
+                                                             "total_steps": len(probes), "peak_posterior": peak_posterior(logp)})
+                    bar.update(1)
+        finally:
+            bar.close()
         return ProbeResult(np.stack(logps[:K]), np.stack(logps[K:]), size, flops, time.perf_counter() - t0)
 
     # ---- stage 2: budget and frames --------------------------------------------------------------

@@ -109,17 +109,29 @@ class BuiltinVisionLanguageModel:
         return resize_frames(frames, (64, 64), "area")
 
     def _batch(self, frames: np.ndarray, question: str, options: Sequence[str], relative_times: Sequence[float] | None = None) -> dict:
-        frames = self._frames(frames)
-        if len(frames) > self.model.config.max_frames:
-            raise InputError("frames", f"{len(frames)} frames", f"the built-in VLM takes at most {self.model.config.max_frames}")
-        patches, emb = self._vision(frames)
+        return self._batches([frames], question, options, [relative_times])
+
+    def _batches(self, clips: Sequence[np.ndarray], question: str, options: Sequence[str],
+                 relative_times: Sequence[Sequence[float] | None]) -> dict:
+        """One collated batch of several clips asked the same question: their frames go through the ViT together."""
+        clips = [self._frames(f) for f in clips]
+        if len({f.shape[1:3] for f in clips}) > 1:  # clips of different sizes meet at the training size
+            clips = [self._frames(f, resize=True) for f in clips]
+        for f in clips:
+            if len(f) > self.model.config.max_frames:
+                raise InputError("frames", f"{len(f)} frames", f"the built-in VLM takes at most {self.model.config.max_frames}")
+        patches, emb = self._vision(np.concatenate(clips))
         opts = self.text.encode(list(options)) if options else torch.zeros(0, 384)
-        times = relative_times
-        if times is not None:
-            check_relative_times(times, len(frames))
-            times = np.asarray(times, np.float32)
-        return collate([{"patches": patches, "frame_emb": emb, "question": self.text.tokens([question])[0], "options": opts,
-                         "times": times}], self.device)
+        words = self.text.tokens([question])[0]
+        items, start = [], 0
+        for f, times in zip(clips, relative_times):
+            if times is not None:
+                check_relative_times(times, len(f))
+                times = np.asarray(times, np.float32)
+            items.append({"patches": patches[start:start + len(f)], "frame_emb": emb[start:start + len(f)], "question": words,
+                          "options": opts, "times": times})
+            start += len(f)
+        return collate(items, self.device)
 
     def _message_batch(self, messages: Message | Sequence[Message]) -> dict:
         """The collated encoder input of a conversation (see the module docstring for how turns are read)."""
@@ -156,6 +168,19 @@ class BuiltinVisionLanguageModel:
         check_options(options)
         batch = self._batch(frames, question_from_prompt(prompt), options, relative_times)
         logits = self.model.option_logits(self.model.encode(batch), batch["option_mask"])[0].double()
+        return F.log_softmax(logits, -1).cpu().numpy()
+
+    @torch.no_grad()
+    def option_posteriors(self, clips: Sequence[np.ndarray], prompt: str, options: Sequence[str],
+                          relative_times: Sequence[Sequence[float] | None] | None = None) -> np.ndarray:
+        """``option_posterior`` of each clip, ``(len(clips), len(options))``, in one batched forward (GridProbe's
+        probes: equal clips, so no padding; row i equals ``option_posterior(clips[i], ...)`` up to float rounding)."""
+        check_options(options)
+        times = list(relative_times) if relative_times is not None else [None] * len(clips)
+        if len(times) != len(clips):
+            raise InputError("relative_times", f"{len(times)} lists for {len(clips)} clips", "pass one list of times per clip, or None")
+        batch = self._batches(clips, question_from_prompt(prompt), options, times)
+        logits = self.model.option_logits(self.model.encode(batch), batch["option_mask"]).double()
         return F.log_softmax(logits, -1).cpu().numpy()
 
     @torch.no_grad()
