@@ -1,6 +1,7 @@
 """Latency of every verb, cold and warm, on its showcase input and on the real Big Buck Bunny clip (issue 50).
 
     python -m benchmarks.latency [--out outputs/bench/latency] [--verbs ask,segment,...] [--no-real]
+    python -m benchmarks.latency --threads-check [--verbs ...]
 
 - **cold**: a fresh process runs ``atelier VERB ... -o DIR`` (imports, model loading and the run): wall, CPU
   (user + system) and peak RSS of that process;
@@ -12,6 +13,11 @@
 
 Every run uses one thread (``--threads 1``, what the builtin models default to). Results go to OUT/results.md and
 OUT/rows.json; docs/BENCHMARKS.md quotes them with this command.
+
+``--threads-check`` (issue 50's threads acceptance) instead runs each verb cold on its showcase input while another
+process keeps both cores busy (a torch matmul loop on two threads): at Atelier's default (no ``--threads``, no
+``OMP_NUM_THREADS``, no ``ATELIER_THREADS``) and with ``OMP_NUM_THREADS=1``, alternating, ``--repeats`` times each;
+the ratio of the median walls says whether the default is slower. Results: OUT/threads.md and OUT/threads.json.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ def real_inputs(verb: str, folder: Path) -> dict | None:
     }[verb]
 
 
-def argv_of(app, inputs: dict) -> list[str]:
+def argv_of(app, inputs: dict, threads: bool = True) -> list[str]:
     argv = [app.verb]
     for i in app.inputs:
         if i.name not in inputs:
@@ -66,7 +72,7 @@ def argv_of(app, inputs: dict) -> list[str]:
             argv.append(str(value))
         else:
             argv += [f"--{i.name}", *([str(v) for v in value] if isinstance(value, list) else [str(value)])]
-    return argv + ["--no-progress", "--threads", "1"]
+    return argv + ["--no-progress"] + (["--threads", "1"] if threads else [])
 
 
 def _child(code: str, env: dict) -> dict:
@@ -123,6 +129,52 @@ def measure(verb: str, inputs: dict, env: dict, tmp: Path) -> dict:
             "cold_error": cold["stderr"].strip().splitlines()[-1] if cold["rc"] and cold["stderr"].strip() else ""}
 
 
+BUSY = """
+import torch
+torch.set_num_threads(2)
+a = torch.randn(1024, 1024)
+while True:
+    a = torch.tanh(a @ a)
+"""
+
+
+def threads_check(verbs: list[str], env: dict, out: Path, repeats: int) -> str:
+    """Each verb cold at the default threads and at OMP_NUM_THREADS=1 while a busy process holds both cores."""
+    import numpy as np
+
+    from app.showcase import item
+    from pipelines.registry import get_app
+
+    default_env = {k: v for k, v in env.items() if k not in ("OMP_NUM_THREADS", "ATELIER_THREADS", "MKL_NUM_THREADS")}
+    one_env = {**default_env, "OMP_NUM_THREADS": "1"}
+    busy = subprocess.Popen([sys.executable, "-c", BUSY], env=default_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = []
+    try:
+        time.sleep(3)  # the busy loop is running before the first measurement
+        with tempfile.TemporaryDirectory() as tmp_dir:
+            tmp = Path(tmp_dir)
+            for verb in verbs:
+                argv = argv_of(get_app(verb), item(verb, 0, out / "inputs").inputs, threads=False)
+                walls = {"default": [], "omp1": []}
+                for k in range(repeats):
+                    for name, e in (("default", default_env), ("omp1", one_env)):
+                        run = _child(f"import sys\nfrom app.cli import main\nsys.exit(main({argv + ['-o', str(tmp / f'{verb}_{name}_{k}')]!r}))", e)
+                        walls[name].append(run["wall"] if run["rc"] == 0 else float("nan"))
+                row = {"verb": verb, **{f"{n}_walls": w for n, w in walls.items()},
+                       "ratio": float(np.median(walls["default"]) / np.median(walls["omp1"]))}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        busy.kill()
+        busy.wait()
+    (out / "threads.json").write_text(json.dumps(rows, indent=1))
+    lines = ["| verb | default: cold wall s (median) | OMP_NUM_THREADS=1: cold wall s (median) | default / one thread |", "|---|---|---|---|"]
+    lines += [f"| {r['verb']} | {np.median(r['default_walls']):.1f} | {np.median(r['omp1_walls']):.1f} | {r['ratio']:.2f} |" for r in rows]
+    text = "\n".join(lines) + "\n"
+    (out / "threads.md").write_text(text)
+    return text
+
+
 def table(rows: list[dict], baseline: dict) -> str:
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
@@ -142,12 +194,20 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="outputs/bench/latency")
     ap.add_argument("--verbs", default=",".join(VERBS))
     ap.add_argument("--no-real", action="store_true", help="skip the real clip")
+    ap.add_argument("--threads-check", action="store_true", help="instead: each verb cold at its default threads against "
+                    "OMP_NUM_THREADS=1, with another process busy on both cores (module docstring)")
+    ap.add_argument("--repeats", type=int, default=2, help="runs of each setting in --threads-check (default 2)")
     args = ap.parse_args(argv)
     from app.showcase import item
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    if args.threads_check:
+        if args.repeats < 1:
+            ap.error(f"--repeats {args.repeats}: run each setting at least once")
+        print(threads_check(args.verbs.split(","), env, out, args.repeats))
+        return 0
     baseline = _child("import torch", env)
     help_run = _child("import sys\nfrom app.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass", env)
     rows = []
