@@ -199,20 +199,22 @@ def summarise(rows: list[dict]) -> dict:
     return {"methods": methods, "paired": paired, "default_rule": default_rule(paired)}
 
 
-MIN_SAVING = 3.0  # issue 50: the default run spends >= 3x less compute than the full-frame pass
+MAX_LOSS_PP = 1.0  # issue 50: the default run loses at most 1 pp against the full-frame pass ...
+MIN_SAVING = 3.0  # ... and spends >= 3x less compute (the target the rule's pick is checked against)
 
 
-def default_rule(paired: list[dict], min_saving: float = MIN_SAVING) -> dict | None:
-    """The rule the pipeline's GridProbe defaults were chosen by: of the GridProbe settings (probe scale x budget)
-    saving at least ``min_saving`` x the full-frame TFLOPs on the same questions, the most accurate against
-    full-frame (ties: the larger saving). Chosen on one half of the questions and checked on the other, so the
-    choice is not graded on the questions that chose it. None when no setting saves enough."""
-    ok = [d for d in paired if d["vs"] == "full_frame" and d["kind"] == "all" and d["tflops_ratio"] >= min_saving]
+def default_rule(paired: list[dict], max_loss_pp: float = MAX_LOSS_PP) -> dict | None:
+    """The rule the pipeline's GridProbe defaults are chosen by: of the GridProbe settings (probe scale x budget)
+    at most ``max_loss_pp`` below full-frame on the same questions (point estimate), the one that saves the most
+    TFLOPs (ties: the more accurate). Applied to one half of the questions and checked on the other, so the pick is
+    not graded on the questions that chose it; ``meets_saving`` says whether it also reaches ``MIN_SAVING``. None
+    when no setting is within the loss."""
+    ok = [d for d in paired if d["vs"] == "full_frame" and d["kind"] == "all" and d["diff_pp"] >= -max_loss_pp]
     if not ok:
         return None
-    best = max(ok, key=lambda d: (round(d["diff_pp"], 6), d["tflops_ratio"]))
-    return {"min_saving": min_saving, "label": best["gridprobe"], "K": best["K"], "diff_pp": best["diff_pp"], "ci_pp": best["ci_pp"],
-            "tflops_ratio": best["tflops_ratio"], "n": best["n"]}
+    best = max(ok, key=lambda d: (round(d["tflops_ratio"], 6), d["diff_pp"]))
+    return {"max_loss_pp": max_loss_pp, "label": best["gridprobe"], "K": best["K"], "diff_pp": best["diff_pp"], "ci_pp": best["ci_pp"],
+            "tflops_ratio": best["tflops_ratio"], "meets_saving": best["tflops_ratio"] >= MIN_SAVING, "n": best["n"]}
 
 
 def paired_differences(rows: list[dict], n_boot: int = 2000) -> list[dict]:
@@ -298,9 +300,10 @@ def markdown(summary: dict, meta: dict) -> str:
                               paired_cell({"diff": d["diff_pp"], "low": d["ci_pp"][0], "high": d["ci_pp"][1]}, scale=1),
                               f"{d['tflops_ratio']:.2f}x" if d["tflops_ratio"] else "-"] for d in summary.get("paired", [])])
     rule = summary.get("default_rule")
-    lines += ["", f"Default rule (`default_rule`: of the settings saving >= {MIN_SAVING:g}x, the most accurate against full-frame): "
+    lines += ["", f"Default rule (`default_rule`: of the settings within {MAX_LOSS_PP:g} pp of full-frame, the one saving most TFLOPs): "
               + (f"**{rule['label']}** (K = {rule['K']}), {rule['diff_pp']:+.1f} [{rule['ci_pp'][0]:+.1f}, {rule['ci_pp'][1]:+.1f}] pp "
-                 f"at {rule['tflops_ratio']:.2f}x on {rule['n']} questions." if rule else "no setting saves that much.")]
+                 f"at {rule['tflops_ratio']:.2f}x on {rule['n']} questions ({'meets' if rule['meets_saving'] else 'below'} the "
+                 f"{MIN_SAVING:g}x target)." if rule else "no setting is within that loss.")]
     return "\n".join(lines) + "\n"
 
 

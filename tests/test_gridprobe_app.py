@@ -248,16 +248,18 @@ def test_only_the_pool_frames_are_decoded_from_a_real_file(tmp_path, monkeypatch
     assert len(converted) == 16 and out.answer_index == 1
 
 
-def test_the_default_rule_takes_the_most_accurate_setting_that_saves_enough():
+def test_the_default_rule_takes_the_largest_saving_within_a_point_of_full_frame():
     from benchmarks.gridprobe import default_rule
 
     def row(label, diff, ratio, vs="full_frame", kind="all"):
         return {"K": 12, "gridprobe": label, "vs": vs, "kind": kind, "n": 500, "diff_pp": diff, "ci_pp": [diff - 2, diff + 2],
                 "tflops_ratio": ratio}
 
-    paired = [row("gridprobe@0.5", 3.0, 1.9), row("gridprobe@0.25", -0.9, 2.95), row("gridprobe@0.25/gamma=6", -1.5, 3.4),
-              row("gridprobe@0.25/max_frames=48", -1.5, 3.6), row("gridprobe@0.25/gamma=9", 5.0, None, vs="uniform_meff@0.25")]
+    paired = [row("gridprobe@0.5", 3.0, 1.9), row("gridprobe@0.5/max_frames=32", -0.9, 2.46), row("gridprobe@0.25", -3.0, 2.95),
+              row("gridprobe@0.25/gamma=6", -0.5, 2.46), row("gridprobe@0.5/gamma=9", 5.0, 9.0, vs="uniform_meff@0.5"),
+              row("gridprobe@0.5/max_frames=64", 9.0, 9.0, kind="counting")]
     rule = default_rule(paired)
-    assert rule["label"] == "gridprobe@0.25/max_frames=48" and rule["tflops_ratio"] == 3.6  # a tie goes to the larger saving
-    assert default_rule(paired, min_saving=2.0)["label"] == "gridprobe@0.25"
-    assert default_rule(paired, min_saving=5.0) is None
+    assert rule["label"] == "gridprobe@0.25/gamma=6" and not rule["meets_saving"]  # a tie in saving goes to the more accurate
+    assert default_rule(paired, max_loss_pp=5.0)["label"] == "gridprobe@0.25" and default_rule(paired, max_loss_pp=5.0)["tflops_ratio"] == 2.95
+    assert default_rule([row("gridprobe@0.25", -3.0, 3.5)]) is None
+    assert default_rule([row("gridprobe@0.25", -0.2, 3.5)])["meets_saving"]
