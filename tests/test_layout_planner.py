@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from core.errors import InputError
-from planners.semantic.layout_planner import LayoutPlanner, LayoutPlannerConfig
+from planners.semantic.layout_planner import TASK_IDS, LayoutPlanner, LayoutPlannerConfig
 from planners.semantic.layout_tokens import BOS, EOS, LayoutObject, SceneLayout
 from planners.semantic.planner import PlanRequest
 from planners.semantic.layout import VisualTokens
@@ -129,3 +129,43 @@ def test_the_training_script_runs_both_parts_then_the_writer_alone(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(first.painter.state_dict().values(), second.painter.state_dict().values()))
     assert not all(torch.equal(a, b) for a, b in zip(first.writer.state_dict().values(), second.writer.state_dict().values()))
     assert (tmp_path / "b" / "card.md").read_text().count("writer alone") == 1
+
+
+def test_an_edit_can_read_its_source_layout_first(tmp_path):
+    from training.bernini_layout import source_layout
+
+    # the source layout is the source world's, in the order the target keeps
+    rec = world_sample("v2v", "val", 0, 1, DataConfig()).record
+    src = source_layout("val", 0, 1)
+    assert [(o.color, o.shape) for o in src.objects] == [(o["color"], o["shape"]) for o in rec["source_world"]["objects"]][:6]
+    planner = _tiny()
+    planner.config.read_source = True
+    text, source = torch.randn(5, 384), torch.randn(4, 8, 8, 192)
+    ids, read = planner.write("v2v", text, source, [], torch.Generator().manual_seed(0))
+    assert read is not None and read[0] == 1 and planner.vocab.decode(read).objects  # a whole layout, read greedily
+    assert planner.write("v2v", text, source, [], None, 0.0)[1] == read  # reading draws nothing from the generator
+    assert planner.write("t2v", text, None, [])[1] is None
+    # the read layout is part of the edit's prefix: it changes what the writer predicts
+    w = planner.writer
+    with_read, without = w.prefix("v2v", text, source, [], read), w.prefix("v2v", text, source, [])
+    assert len(with_read) == len(without) + len(read)
+    out = planner.plan(PlanRequest(prompt_embeds=text, task="v2v", sources=[VisualTokens(source, "video")]), grid=(4, 8, 8), generator=0)
+    assert out.cot_text.startswith("source: background: ") and " | edit: background: " in out.cot_text
+
+
+def test_the_training_script_teaches_reading_and_keeps_an_older_writers_tables(tmp_path):
+    from core.weights_io import load_state_dict, save_state_dict
+    from training.layout_planner import init_weights, main
+
+    assert main(["--tiny", "--out", str(tmp_path / "a")]) == 0
+    old = LayoutPlanner.from_pretrained(tmp_path / "a")
+    # a writer saved before the "read" task and the source-layout prefix had one row fewer in each table
+    state = load_state_dict(tmp_path / "a" / "model.safetensors")
+    state = {k: (v[:-1] if k in ("writer.task.weight", "writer.kind.weight") else v) for k, v in state.items()}
+    save_state_dict(state, tmp_path / "a" / "model.safetensors")
+    fresh = _tiny()
+    init_weights(fresh, tmp_path / "a")
+    assert torch.equal(fresh.writer.task.weight[:3], old.writer.task.weight[:3]) and torch.equal(fresh.writer.kind.weight[:3], old.writer.kind.weight[:3])
+    assert main(["--tiny", "--out", str(tmp_path / "b"), "--read-source", "--init", str(tmp_path / "a")]) == 0
+    new = LayoutPlanner.from_pretrained(tmp_path / "b")
+    assert new.config.read_source and not old.config.read_source and new.writer.task.weight.shape[0] == len(TASK_IDS)

@@ -63,13 +63,23 @@ def item_layout(task: str, split: str, seed: int, index: int, cfg: DataConfig = 
     return world_layout(world, order, cfg.plan_indices, cells)
 
 
-def layout_array(pool: Pool, split: str, seed: int, vocab: LayoutVocab | None = None) -> np.ndarray:
+def source_layout(split: str, seed: int, index: int, cfg: DataConfig = DataConfig(), cells: int = 16) -> SceneLayout:
+    """The source clip's layout of v2v item ``index`` (its objects in the source world's order, which the target keeps)."""
+    world = world_sample("v2v", split, seed, index, cfg).worlds["source"]
+    return world_layout(world, [o.id for o in world.objects], cfg.plan_indices, cells)
+
+
+def layout_array(pool: Pool, split: str, seed: int, vocab: LayoutVocab | None = None, source: bool = False) -> np.ndarray:
     """Every item's layout ids, ``(n, vocab.max_length)``, padded with PAD after EOS; objects past
-    ``vocab.max_objects`` are dropped (worldgen's Bernini tasks hold at most six)."""
+    ``vocab.max_objects`` are dropped (worldgen's Bernini tasks hold at most six). ``source``: a v2v pool's source
+    layouts instead of its targets'."""
     vocab = vocab or layout_vocab(plan_frames=len(pool.plan_indices))
     out = np.full((len(pool), vocab.max_length), PAD, np.int64)
     for row, index in enumerate(pool.index):
-        lay = item_layout(pool.task, split, seed, int(index), pool.cfg, vocab.cells)
+        if source:
+            lay = source_layout(split, seed, int(index), pool.cfg, vocab.cells)
+        else:
+            lay = item_layout(pool.task, split, seed, int(index), pool.cfg, vocab.cells)
         lay.objects = lay.objects[: vocab.max_objects]
         ids = vocab.encode(lay)
         out[row, : len(ids)] = ids

@@ -82,11 +82,13 @@ def tiny_recipe(out: Path) -> LayoutPlannerRecipe:
 
 
 class Data:
-    """A task's pool with its layouts and the prefix inputs the writer reads."""
+    """A task's pool with its layouts and the prefix inputs the writer reads; with ``read_source``, a v2v pool also
+    holds its source layouts (the "read" task's targets, and the edit's prefix in training)."""
 
-    def __init__(self, pool: Pool, split: str, seed: int, vocab: LayoutVocab):
+    def __init__(self, pool: Pool, split: str, seed: int, vocab: LayoutVocab, read_source: bool = False):
         self.pool, self.vocab = pool, vocab
         self.ids = layout_array(pool, split, seed, vocab)
+        self.source_ids = layout_array(pool, split, seed, vocab, source=True) if read_source and pool.task == "v2v" else None
 
     def layout(self, i: int) -> SceneLayout:
         return self.vocab.decode([int(x) for x in self.ids[i] if x != PAD])
@@ -96,6 +98,9 @@ class Data:
         source = torch.from_numpy(p.source_tokens[i].astype(np.float32)) if p.source_tokens is not None else None
         refs = [] if p.ref_tokens is None else [torch.from_numpy(p.ref_tokens[i, k].astype(np.float32))[None] for k in range(int(p.n_refs[i]))]
         return p.task, texts[p.text[i]], source, refs
+
+    def source_layout(self, i: int) -> list[int] | None:
+        return None if self.source_ids is None else [int(x) for x in self.source_ids[i] if x != PAD]
 
 
 class Batches:
@@ -115,7 +120,13 @@ class Batches:
         pidx = rng.integers(len(pd.pool), size=r.painter_batch)
         batch = {"tasks": (wt, pt)}
         if "writer" in r.parts:
-            batch.update(writer=[wd.inputs(int(i), self.texts) for i in widx], ids=torch.from_numpy(wd.ids[widx]))
+            # an edit is taught with its true source layout in the prefix, and the same items' reading as "read" rows
+            prefixes = [(*wd.inputs(int(i), self.texts), wd.source_layout(int(i))) for i in widx]
+            ids = wd.ids[widx]
+            if wd.source_ids is not None:
+                prefixes += [("read", x[1][:0], x[2], [], None) for x in prefixes]
+                ids = np.concatenate([ids, wd.source_ids[widx]])
+            batch.update(writer=prefixes, ids=torch.from_numpy(ids))
         if "painter" in r.parts:  # the plans are read only when the painter trains
             src = torch.from_numpy(pd.pool.source_tokens[pidx].astype(np.float32)) if pt == "v2v" else None
             batch.update(layouts=[pd.layout(int(i)) for i in pidx], plan=torch.from_numpy(pd.pool.plan[pidx].astype(np.float32)), source=src)
@@ -145,6 +156,9 @@ def init_weights(model: LayoutPlanner, directory: str | Path) -> None:
     saved = load_state_dict(Path(directory) / "model.safetensors")
     own = model.state_dict()
     taken = {k: v for k, v in saved.items() if k in own and own[k].shape == v.shape}
+    for k in ("writer.task.weight", "writer.kind.weight"):  # tables that gained rows (a task, a prefix kind) keep the old ones
+        if k in saved and k not in taken and own[k].shape[1:] == saved[k].shape[1:] and len(saved[k]) < len(own[k]):
+            taken[k] = torch.cat([saved[k], own[k][len(saved[k]):]])
     model.load_state_dict(taken, strict=False)
     logger.info("init from %s: %d tensors taken, %d fresh", directory, len(taken), len(own) - len(taken))
 
@@ -185,7 +199,7 @@ def evaluate(model: LayoutPlanner, data: dict[str, Data], texts: TextStates, n: 
         for i in range(min(n, len(d.pool))):
             truth = d.layout(i)
             gen = torch.Generator().manual_seed(seed * 100_003 + i)
-            ids = model.writer.sample(model.writer.prefix(*d.inputs(i, texts)), gen, model.config.temperature)
+            ids, _ = model.write(*d.inputs(i, texts), gen, model.config.temperature)
             got = model.vocab.decode(ids)  # the sampler follows the grammar, so its layout always decodes
             k = named_count(task, d.pool, i) or len(truth.objects)
             right["count"].append(len(got.objects) == len(truth.objects))
@@ -259,7 +273,7 @@ at each place, painting the true layout.
 
 def final_eval(out: Path, recipe: LayoutPlannerRecipe, model: LayoutPlanner, texts: TextStates, extra: dict) -> dict:
     vocab = model.vocab
-    test = {t: Data(p, "test", recipe.seed, vocab) for t, p in
+    test = {t: Data(p, "test", recipe.seed, vocab, model.config.read_source) for t, p in
             load_pools("test", recipe.seed, recipe.test_items, recipe.data, cache_dir=recipe.cache, workers=recipe.workers).items()}
     ev = {**extra, "params": layout_params(model), "test": evaluate(model, test, texts, recipe.test_items, recipe.seed)}
     write_json_atomic(out / "eval.json", ev)
@@ -271,6 +285,8 @@ def final_eval(out: Path, recipe: LayoutPlannerRecipe, model: LayoutPlanner, tex
 def _flags(ap) -> None:
     ap.add_argument("--parts", help="what to train: writer, painter or writer,painter (default both)")
     ap.add_argument("--init", metavar="DIR", help="start from a saved layout planner's weights (those whose shapes match)")
+    ap.add_argument("--read-source", action="store_true", help="write an edit's source layout first, then the edit's "
+                    "(LayoutPlannerConfig.read_source) [PROPOSED]")
 
 
 def main(argv=None) -> int:
@@ -278,8 +294,9 @@ def main(argv=None) -> int:
                         "outputs/train/layout_planner", argv, extra=_flags)
     out = check_run_dir(args.out, KIND, "layout planner")
     recipe = script_recipe(LayoutPlannerRecipe, out, args, tiny_recipe, KIND, "python -m training.layout_planner")
-    if args.parts or args.init:
-        recipe = replace(recipe, parts=tuple(args.parts.split(",")) if args.parts else recipe.parts, init=args.init or recipe.init).resolved()
+    if args.parts or args.init or args.read_source:
+        recipe = replace(recipe, parts=tuple(args.parts.split(",")) if args.parts else recipe.parts, init=args.init or recipe.init,
+                         planner=replace(recipe.planner, read_source=recipe.planner.read_source or args.read_source)).resolved()
         write_json_atomic(out / TRAIN_CONFIG, {"model": KIND, "recipe": LayoutPlannerRecipe.__name__,
                                                "provenance": "python -m training.layout_planner", **asdict(recipe)})
     torch.set_num_threads(recipe.train.threads or 1)
@@ -290,9 +307,9 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     vocab = layout_vocab(recipe.cells, recipe.data.plan_frames)
     recipe.planner.layout_vocab = vocab.to_dict()
-    data = {t: Data(p, "train", recipe.seed, vocab) for t, p in
+    data = {t: Data(p, "train", recipe.seed, vocab, recipe.planner.read_source) for t, p in
             load_pools("train", recipe.seed, recipe.pool, recipe.data, cache_dir=recipe.cache, workers=recipe.workers).items()}
-    val = {t: Data(p, "val", recipe.seed, vocab) for t, p in
+    val = {t: Data(p, "val", recipe.seed, vocab, recipe.planner.read_source) for t, p in
            load_pools("val", recipe.seed, recipe.val_items, recipe.data, cache_dir=recipe.cache, workers=recipe.workers).items()}
     texts.add([t for d in (*data.values(), *val.values()) for t in d.pool.text])
     logger.info("data ready in %.0f s", time.perf_counter() - t_start)
