@@ -412,7 +412,7 @@ def test_budget_variants_reuse_the_probes_and_each_keeps_its_own_budget():
     assert [r.m_eff for r in cmp.results] == [K * K, 5, 5]
     assert cmp.results[1].frames == list(range(11, 16)) and cmp.results[2].frames != cmp.results[1].frames  # ties: last frames, or spread
     assert len([c for c in fake.calls if c["n_frames"] == K]) == 2 * K  # the probes ran once for all three
-    assert cmp.results[1].tflops < cmp.results[0].tflops and pipe.config.max_frames is None  # the pipeline's own settings are back
+    assert cmp.results[1].tflops < cmp.results[0].tflops and pipe.config.max_frames == 32  # the pipeline's own settings are back
     for bad in ({}, {"grid": 3}, {"gamma": -1.0}):
         with pytest.raises(InputError):
             compare_methods(pipe, CountingSource(K * K), "q?", OPTIONS, methods=["gridprobe"], budgets=[bad])
