@@ -309,7 +309,8 @@ def pareto_plot(points: Sequence[Mapping[str, Any]], path: str | os.PathLike, co
     """Accuracy against compute (log x), the Pareto front drawn as a grey line, written atomically as PNG.
 
     Each point is ``{"x": compute > 0, "y": accuracy in [0, 1], "group": key of colours, "tag": text
-    beside it}``; the legend lists ``colours``. ``more_panels``: further ``(points, x_label)`` panels drawn
+    beside it}``, written beside the points on the front and any alone in its group; the legend lists ``colours``.
+    ``more_panels``: further ``(points, x_label)`` panels drawn
     side by side at the same size (say, the same methods against wall time). Drawn with PIL: matplotlib
     is not a dependency of Atelier.
     """
@@ -337,7 +338,7 @@ def _pareto_panel(points, colours, size, x_label):
     ys = np.array([100 * p["y"] for p in pts])
     x0 = float(np.floor(xs.min()))
     x1 = max(float(np.ceil(xs.max())), x0 + 1)
-    y0, y1 = 0.0, 100.0
+    y0, y1 = max(0.0, float(np.floor(ys.min() / 20) * 20 - 20)), 100.0  # the points' band, in steps of 20
 
     def px(x, y):
         return (left + (x - x0) / (x1 - x0) * (W - left - right), top + (y1 - y) / (y1 - y0) * (H - top - bottom))
@@ -347,7 +348,7 @@ def _pareto_panel(points, colours, size, x_label):
         x, _ = px(e, y0)
         d.line([x, H - bottom, x, H - bottom + 5], fill="black")
         d.text((x - 14, H - bottom + 8), f"1e{e}", fill="black")
-    for y in range(0, 101, 20):
+    for y in range(int(y0), 101, 20):
         _, yy = px(x0, y)
         d.line([left - 5, yy, left, yy], fill="black")
         d.line([left, yy, W - right, yy], fill=(230, 230, 230))
@@ -357,11 +358,14 @@ def _pareto_panel(points, colours, size, x_label):
     front = pareto_front(list(zip(xs, ys)))
     if len(front) > 1:
         d.line([px(x, y) for x, y in front], fill=(150, 150, 150), width=2)
+    on_front = set(front)
+    groups = [p["group"] for p in pts]
     for p, x, y in zip(pts, xs, ys):
         cx, cy = px(x, y)
         colour = colours.get(p["group"], (0, 0, 0))
         d.ellipse([cx - 5, cy - 5, cx + 5, cy + 5], fill=colour, outline="black")
-        d.text((cx + 7, cy - 6), p["tag"], fill=colour)
+        if (x, y) in on_front or groups.count(p["group"]) == 1:  # the rest unlabelled: a sweep's tags would overlap
+            d.text((cx + 7, cy - 6), p["tag"], fill=colour)
     for i, (name, colour) in enumerate(colours.items()):
         y = top + 10 + 20 * i
         d.ellipse([W - right + 15, y, W - right + 25, y + 10], fill=colour, outline="black")
