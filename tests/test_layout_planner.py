@@ -3,6 +3,8 @@ planner's plan() as the pipeline calls it (tiny random weights)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -166,6 +168,7 @@ def test_the_training_script_teaches_reading_and_keeps_an_older_writers_tables(t
     fresh = _tiny()
     init_weights(fresh, tmp_path / "a")
     assert torch.equal(fresh.writer.task.weight[:3], old.writer.task.weight[:3]) and torch.equal(fresh.writer.kind.weight[:3], old.writer.kind.weight[:3])
-    assert main(["--tiny", "--out", str(tmp_path / "b"), "--read-source", "--init", str(tmp_path / "a")]) == 0
+    assert main(["--tiny", "--out", str(tmp_path / "b"), "--read-source", "--mix", "0.2,0.6,0.2", "--init", str(tmp_path / "a")]) == 0
+    assert json.loads((tmp_path / "b" / "train_config.json").read_text())["mix"] == [0.2, 0.6, 0.2]
     new = LayoutPlanner.from_pretrained(tmp_path / "b")
     assert new.config.read_source and not old.config.read_source and new.writer.task.weight.shape[0] == len(TASK_IDS)

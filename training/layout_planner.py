@@ -285,6 +285,7 @@ def final_eval(out: Path, recipe: LayoutPlannerRecipe, model: LayoutPlanner, tex
 def _flags(ap) -> None:
     ap.add_argument("--parts", help="what to train: writer, painter or writer,painter (default both)")
     ap.add_argument("--init", metavar="DIR", help="start from a saved layout planner's weights (those whose shapes match)")
+    ap.add_argument("--mix", help="the writer's and painter's task weights, t2v,v2v,r2v (default 0.34,0.33,0.33)")
     ap.add_argument("--read-source", action="store_true", help="write an edit's source layout first, then the edit's "
                     "(LayoutPlannerConfig.read_source) [PROPOSED]")
 
@@ -294,8 +295,12 @@ def main(argv=None) -> int:
                         "outputs/train/layout_planner", argv, extra=_flags)
     out = check_run_dir(args.out, KIND, "layout planner")
     recipe = script_recipe(LayoutPlannerRecipe, out, args, tiny_recipe, KIND, "python -m training.layout_planner")
-    if args.parts or args.init or args.read_source:
-        recipe = replace(recipe, parts=tuple(args.parts.split(",")) if args.parts else recipe.parts, init=args.init or recipe.init,
+    if args.parts or args.init or args.read_source or args.mix:
+        try:
+            mix = tuple(float(x) for x in args.mix.split(",")) if args.mix else recipe.mix
+        except ValueError:
+            raise InputError("mix", args.mix, "give three weights, e.g. 0.2,0.6,0.2") from None
+        recipe = replace(recipe, parts=tuple(args.parts.split(",")) if args.parts else recipe.parts, init=args.init or recipe.init, mix=mix,
                          planner=replace(recipe.planner, read_source=recipe.planner.read_source or args.read_source)).resolved()
         write_json_atomic(out / TRAIN_CONFIG, {"model": KIND, "recipe": LayoutPlannerRecipe.__name__,
                                                "provenance": "python -m training.layout_planner", **asdict(recipe)})
