@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.world_check import check_inputs, uses_builtin
+from app.world_check import check_inputs, only_builtin, uses_builtin
 from core.errors import AtelierError
 from core.paths import check_output_dir
 from pipelines.registry import PipelineApp
@@ -56,9 +56,10 @@ def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | Non
     replaced only with ``overwrite``). ``on_start(components, options)`` is called once every check has passed,
     just before the pipeline is built (the CLI's builtin-model notice). Returns ``(output, summary)``."""
     from core.outputs import check_folder
-    from core.threads import choose_threads, use_threads
+    from core.threads import choose_threads, preset_threads, use_threads
 
     inputs, config, components, options = app.split_args(args)
+    preset_threads(options.get("threads"), only_builtin(app, components, options))  # before torch loads (core.threads)
     app.check_settings(config, options)  # bad settings and a bad seed fail before anything loads (torch included)
     check_media(app, inputs)
     from pipelines.base import make_generator

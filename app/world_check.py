@@ -68,6 +68,14 @@ def uses_builtin(app, components: dict, options: dict) -> bool:
     return any(str(components.get(slot) or app.defaults.get(slot, "")) == "builtin" for slot in app.components)
 
 
+def only_builtin(app, components: dict, options: dict) -> bool:
+    """Whether every model of the run is a shipped builtin one (no ``--pipeline`` folder; each slot builtin, or left
+    empty where it is optional)."""
+    if options.get("pipeline"):
+        return False
+    return all(str(components.get(slot) or app.defaults.get(slot) or "builtin") == "builtin" for slot in app.components)
+
+
 def notice(app, web: bool = False) -> str:
     """The one line said on stderr (and at the top of the web tab) whenever the builtin models run."""
     if web:

@@ -6,11 +6,18 @@ than on one on a lightly loaded 2-core machine, and 10-15x slower while another 
 threads wait on each other) [measured, docs/BENCHMARKS.md]. So a run whose models are small (all the builtin ones:
 under ``SMALL_MODEL`` parameters together) takes one thread, and any other keeps torch's default; ``--threads N`` (or ``threads`` in a manifest, or the
 ``ATELIER_THREADS`` environment variable) overrides both. The number a run used is recorded in its config.
+
+Setting torch's intra-op threads after the models load is not enough: OpenMP, the BLAS under numpy and OpenCV start
+their own pools at import, one thread per core. With another process holding both cores, a builtin verb at its
+default then ran up to 1.24x slower than the same verb under ``OMP_NUM_THREADS=1`` (benchmarks/latency.py
+--threads-check, 2026-12-06). So a run whose thread count is known before anything numeric loads (asked for, or every
+model builtin) sets it for all of them first (``preset_threads``), and ``use_threads`` sets torch's and OpenCV's.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from core.errors import InputError
@@ -18,6 +25,8 @@ from core.errors import InputError
 ENV = "ATELIER_THREADS"
 SMALL_MODEL = 100_000_000  # parameters of a run's models together; the builtin pipelines hold 2-30 M
 SMALL_THREADS = 1
+# what OpenMP, MKL and OpenBLAS read once, when they load
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def check_threads(value: Any, name: str = "threads") -> int | None:
@@ -59,9 +68,31 @@ def choose_threads(requested: Any, components: dict[str, Any]) -> int:
     return n
 
 
+def preset_threads(requested: Any, only_builtin: bool) -> int | None:
+    """Before torch and the numeric libraries load, the thread count the run will use where it is known already:
+    ``requested``, else ``$ATELIER_THREADS`` (both set for every library), else one for a run of builtin models only
+    (set where the user's environment names none). Returns it, or None (decided after loading, by the models' size).
+    Once torch is loaded (a second call in one process) the environment no longer matters: ``use_threads`` sets it."""
+    n = check_threads(requested)
+    if n is None:
+        n = check_threads(os.environ.get(ENV), ENV)
+    explicit = n is not None
+    if n is None and only_builtin:
+        n = SMALL_THREADS
+    if n is not None and "torch" not in sys.modules:
+        for var in THREAD_VARS:
+            if explicit:
+                os.environ[var] = str(n)
+            else:
+                os.environ.setdefault(var, str(n))
+    return n
+
+
 def use_threads(n: int) -> int:
+    import cv2
     import torch
 
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
+    cv2.setNumThreads(n)
     return n

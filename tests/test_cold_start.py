@@ -159,3 +159,32 @@ def test_threads_default_to_one_for_the_builtin_models_and_are_recorded(tmp_path
         assert code == 2 and "threads" in err and "Traceback" not in err
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_builtin_run_sets_one_thread_for_every_library_before_torch_loads():
+    """OpenMP, MKL and OpenBLAS read their thread counts once, at load: a run of builtin models sets them first (where
+    the environment names none), an asked-for count always, a run with a checkpoint leaves them alone."""
+    import os
+
+    code = """
+import os, sys
+from app.runner import only_builtin
+from core.threads import THREAD_VARS, preset_threads
+from pipelines.registry import get_app
+app = get_app("ask")
+_, _, comps, opts = app.split_args({"video": "x.mp4", "question": "q", "options": ["a", "b"], "selector": sys.argv[1] or None,
+                                     "threads": int(sys.argv[2]) if sys.argv[2] else None})
+n = preset_threads(opts.get("threads"), only_builtin(app, comps, opts))
+print(n, only_builtin(app, comps, opts), [os.environ.get(v) for v in THREAD_VARS], "torch" in sys.modules)
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "ATELIER_THREADS")}
+
+    def run(selector: str, threads: str, **extra) -> str:
+        done = subprocess.run([sys.executable, "-c", code, selector, threads], capture_output=True, text=True, timeout=120, env={**env, **extra})
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert run("", "") == "1 True ['1', '1', '1'] False"
+    assert run("", "", OMP_NUM_THREADS="4") == "1 True ['4', '1', '1'] False"  # the user's own setting stays
+    assert run("", "3", OMP_NUM_THREADS="4") == "3 True ['3', '3', '3'] False"  # an asked-for count wins
+    assert run("/some/checkpoint", "") == "None False [None, None, None] False"  # a real model: decided by its size later
