@@ -85,7 +85,7 @@ def preset_threads(requested: Any, only_builtin: bool) -> int | None:
                 os.environ[var] = str(n)
             else:
                 os.environ.setdefault(var, str(n))
-        if explicit or not any(os.environ.get(v) != str(n) for v in THREAD_VARS):
+        if all(os.environ[v] == str(n) for v in THREAD_VARS):  # not where the user's environment names another count
             limit_loaded(n)  # numpy's BLAS and OpenCV loaded already (the CLI's parser imports them)
     return n
 
@@ -93,15 +93,14 @@ def preset_threads(requested: Any, only_builtin: bool) -> int | None:
 def limit_loaded(n: int) -> None:
     """``n`` threads for the pools of what is loaded now: OpenMP / BLAS libraries (threadpoolctl, which finds them in
     the process) and OpenCV."""
+    import cv2
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(n)  # called, not entered: the limits hold for the rest of the process
-    if "cv2" in sys.modules:
-        sys.modules["cv2"].setNumThreads(n)
+    cv2.setNumThreads(n)
 
 
 def use_threads(n: int) -> int:
-    import cv2  # noqa: F401  (loaded, so that limit_loaded sets its pool)
     import torch
 
     if torch.get_num_threads() != n:

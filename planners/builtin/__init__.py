@@ -165,10 +165,7 @@ class BuiltinVisionLanguageModel:
     # ---- the protocol
     @torch.no_grad()
     def option_posterior(self, frames: np.ndarray, prompt: str, options: Sequence[str], relative_times: Sequence[float] | None = None) -> np.ndarray:
-        check_options(options)
-        batch = self._batch(frames, question_from_prompt(prompt), options, relative_times)
-        logits = self.model.option_logits(self.model.encode(batch), batch["option_mask"])[0].double()
-        return F.log_softmax(logits, -1).cpu().numpy()
+        return self.option_posteriors([frames], prompt, options, [relative_times])[0]
 
     @torch.no_grad()
     def option_posteriors(self, clips: Sequence[np.ndarray], prompt: str, options: Sequence[str],
