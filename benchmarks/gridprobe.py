@@ -34,9 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import (ArgumentsDiffer, RowLog, accuracy_cell, add_shard_arguments, comma_floats, comma_ints,
+from benchmarks.common import (ArgumentsDiffer, RowLog, accuracy_cell, add_shard_arguments, comma_ints,
                                command_line, group_rows, in_range, markdown_table, merge_header, merge_rows,
                                paired_bootstrap, paired_cell, pareto_plot, spearman, write_results)
+
+from pipelines.gridprobe.frames import scale_text  # torch-free (numpy, OpenCV)
 
 logger = logging.getLogger("benchmarks.gridprobe")
 
@@ -112,6 +114,28 @@ def run(args) -> list[dict]:
     return log.select(items)
 
 
+def probe_scales(text: str) -> list[float | tuple[float, float]]:
+    """``"0.5,0.25x0.5"`` -> ``[0.5, (0.25, 0.5)]``: one fraction of the source side, or height x width fractions."""
+    try:
+        return [scale_key([float(v) for v in part.split("x")]) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write fractions such as 0.5 or HEIGHTxWIDTH such as 0.25x0.5, comma-separated") from None
+
+
+def scale_key(scale) -> float | tuple[float, float]:
+    """A row's probe scale as compared and grouped: JSON holds a (height, width) pair as a list."""
+    if isinstance(scale, (list, tuple)):
+        return scale[0] if len(scale) == 1 or scale[0] == scale[1] else (scale[0], scale[1])
+    return scale
+
+
+def scale_area(scale) -> float:
+    """The share of the source's pixels a probe keeps (orders probe scales from full size down)."""
+    if scale is None:
+        return 0.0
+    return scale[0] * scale[1] if isinstance(scale, (list, tuple)) else scale * scale
+
+
 def comma_words(text: str) -> list[str]:
     from pipelines.gridprobe import METHODS
 
@@ -172,7 +196,7 @@ def summarise(rows: list[dict]) -> dict:
     methods = []
     def order(item):  # by K, then method, then probe scale from full resolution down
         (K, _), g = item
-        return K, _method_order(g[0]), -(g[0]["probe_scale"] or 0.0)
+        return K, _method_order(g[0]), -scale_area(g[0]["probe_scale"])
 
     for (K, label), g in sorted(groups.items(), key=order):
         rep = accuracy_report(g, by=("kind", "level"))
@@ -250,7 +274,7 @@ def _name(m: dict) -> str:
 
 
 def _scale(m: dict) -> str:
-    return f"{m['probe_scale']:g}" if m["probe_scale"] is not None else "-"
+    return scale_text(m["probe_scale"])
 
 
 def _cells(values: dict, keys, fmt) -> list[str]:
@@ -290,7 +314,7 @@ def markdown(summary: dict, meta: dict) -> str:
         kk = sorted({k for m in by_kind for k in m["spearman_meff_level_by_kind"]})
         lines += ["", "## Spearman(M_eff, level) within each question kind", ""]
         lines += markdown_table(["K", "method", "probe scale", *kk],
-                                [[m["K"], _name(m), f"{m['probe_scale']:g}", *_cells(m["spearman_meff_level_by_kind"], kk, "{:.3f}".format)]
+                                [[m["K"], _name(m), scale_text(m["probe_scale"]), *_cells(m["spearman_meff_level_by_kind"], kk, "{:.3f}".format)]
                                  for m in by_kind])
     lines += ["", "## GridProbe against the baselines on the same questions (paired)", "",
               "Difference in accuracy, percentage points, with a paired bootstrap 95% interval; for full-frame also "
@@ -318,7 +342,7 @@ def pareto_points(summary: dict, x: str = "mean_tflops") -> list[dict]:
     """Every (K, method, probe scale, budget) of a summary as a point of ``benchmarks.common.pareto_plot``, at
     ``x`` = ``mean_tflops`` or ``mean_seconds`` (wall time)."""
     return [{"x": m[x], "y": m["accuracy"]["value"], "group": m["method"],
-             "tag": f"K{m['K']}" + (f"@{m['probe_scale']:g}" if m["probe_scale"] is not None else "") + (f" {m['budget']}" if m.get("budget") else "")}
+             "tag": f"K{m['K']}" + (f"@{scale_text(m['probe_scale'])}" if m["probe_scale"] is not None else "") + (f" {m['budget']}" if m.get("budget") else "")}
             for m in summary["methods"]]
 
 
@@ -331,7 +355,8 @@ def main(argv=None) -> int:
     ap.add_argument("--answerer", help="VLM for every answering pass (default: the selector)")
     add_shard_arguments(ap, n=60, noun="questions", compare="K values")
     ap.add_argument("--grids", type=comma_ints, default=[6, 8, 12, 16], help="comma-separated K values (default 6,8,12,16)")
-    ap.add_argument("--probe-scales", type=comma_floats, help="probe resolutions (default 1,0.5,0.25); with --merge: keep only "
+    ap.add_argument("--probe-scales", type=probe_scales, help="probe resolutions, each a fraction or HEIGHTxWIDTH fractions such as 0.25x0.5 "
+                    "(default 1,0.5,0.25); with --merge: keep only "
                     "these scales' rows (e.g. 0.5 to compare K values at one resolution)")
     ap.add_argument("--levels", type=comma_ints, default=[1, 2, 3], help="longqa levels, cycled over items (default 1,2,3)")
     ap.add_argument("--max-options", type=int, help="ask with at most this many options (the answer kept): isolates the number of "
@@ -363,9 +388,9 @@ def main(argv=None) -> int:
         except ArgumentsDiffer as e:
             ap.error(str(e))
         if args.probe_scales:
-            rows = [r for r in rows if r["probe_scale"] is None or r["probe_scale"] in args.probe_scales]
+            rows = [r for r in rows if r["probe_scale"] is None or scale_key(r["probe_scale"]) in args.probe_scales]
         if not rows:
-            filters = (f" with --items {args.items[0]}:{args.items[1]}" if args.items else "") + (f" at --probe-scales {','.join(f'{p:g}' for p in args.probe_scales)}" if args.probe_scales else "")
+            filters = (f" with --items {args.items[0]}:{args.items[1]}" if args.items else "") + (f" at --probe-scales {','.join(map(scale_text, args.probe_scales))}" if args.probe_scales else "")
             ap.error(f"--merge {' '.join(map(str, args.merge))}: no finished questions (rows.jsonl) there{filters}")
         metas = [json.loads((d / "results.json").read_text())["meta"] for d in args.merge if (d / "results.json").is_file()]
         args.n = len({r["item"] for r in rows})
@@ -376,7 +401,7 @@ def main(argv=None) -> int:
             if key in header:
                 setattr(args, key, header[key])
         # shards may run different probe scales (e.g. 1/2 and 1/4 on all questions, 1 on a few): list them all
-        args.probe_scales = sorted({r["probe_scale"] for r in rows if r["probe_scale"] is not None}, reverse=True)
+        args.probe_scales = sorted({scale_key(r["probe_scale"]) for r in rows if r["probe_scale"] is not None}, key=scale_area, reverse=True)
     else:
         if args.items:
             ap.error("--items only filters a --merge; to run a range of questions use --start and --n")

@@ -272,18 +272,37 @@ def test_only_the_pool_frames_are_fetched_in_one_call():
 
 
 def test_probe_resolution_is_separate_from_the_focus_resolution():
-    pipe = make_pipe(needle_rule({5}, 2), grid=4, probe_scale=0.5)
+    pipe = make_pipe(needle_rule({5}, 2), grid=4, probe_scale=0.5, probe_height_scale=None)
     out = pipe(id_frames(16, (16, 24)), "q?", OPTIONS)
     calls = pipe.selector.calls
     assert {c["size"] for c in calls[:8]} == {(8, 12)} and calls[8]["size"] == (16, 24)  # one model in both roles
     assert 5 in frame_ids(out.frame_images)
-    pipe = make_pipe(needle_rule({5}, 2), grid=4, probe_size=(4, 4), focus_scale=0.25)
+    pipe = make_pipe(needle_rule({5}, 2), grid=4, probe_size=(4, 4), focus_scale=0.25)  # a size overrides both scales
     pipe(id_frames(16, (16, 24)), "q?", OPTIONS)
     assert {c["size"] for c in pipe.selector.calls[:8]} == {(4, 4)} and pipe.selector.calls[8]["size"] == (4, 6)
 
 
+def test_squashed_probes_scale_height_and_width_apart():
+    """probe_height_scale squashes the probe frames (fewer tokens a probe); the focused pass keeps its own size."""
+    from pipelines.gridprobe.frames import check_scale, scale_text
+
+    pipe = make_pipe(needle_rule({5}, 2), grid=4, probe_scale=0.5, probe_height_scale=0.25)
+    out = pipe(id_frames(16, (16, 24)), "q?", OPTIONS)
+    calls = pipe.selector.calls
+    assert {c["size"] for c in calls[:8]} == {(4, 12)} and calls[8]["size"] == (16, 24)
+    prompt = pipe.prompt("q?", OPTIONS)
+    assert out.tflops["probe"] == pytest.approx(8 * pipe.selector.flops(4, prompt, (4, 12)) / 1e12)
+    assert check_scale("s", (0.25, 0.5)) == (0.25, 0.5) and check_scale("s", [0.5, 0.5]) == 0.5
+    assert scale_text((0.25, 0.5)) == "0.25x0.5" and scale_text(0.5) == "0.5"
+    for bad in ((0.0, 0.5), (0.5, 2.0), (0.5,)):
+        with pytest.raises(InputError, match="probe_scale"):
+            check_scale("probe_scale", bad)
+    with pytest.raises(InputError, match="probe_height_scale"):
+        GridProbeConfig(probe_height_scale=1.5)
+
+
 def test_compute_accounting_uses_the_model_flops_per_pass():
-    pipe = make_pipe(needle_rule({5}, 2), grid=4, probe_scale=0.5)
+    pipe = make_pipe(needle_rule({5}, 2), grid=4, probe_scale=0.5, probe_height_scale=None)
     out = pipe(id_frames(16, (16, 24)), "q?", OPTIONS)
     prompt, fake = pipe.prompt("q?", OPTIONS), pipe.selector
     probe = 8 * fake.flops(4, prompt, (8, 12))
@@ -408,7 +427,8 @@ def test_budget_variants_reuse_the_probes_and_each_keeps_its_own_budget():
     pipe.set_progress_bar_config(disable=True)
     budgets = [{"max_frames": 5}, {"max_frames": 5, "tie_break": "spread"}]
     cmp = compare_methods(pipe, CountingSource(K * K), "q?", OPTIONS, methods=["gridprobe"], budgets=budgets)
-    assert [r.label for r in cmp.results] == ["gridprobe@0.5", "gridprobe@0.5/max_frames=5", "gridprobe@0.5/max_frames=5,tie_break=spread"]
+    # the pipeline's own probes (default: 1/4 height x 1/2 width), under each budget
+    assert [r.label for r in cmp.results] == ["gridprobe@0.25x0.5", "gridprobe@0.25x0.5/max_frames=5", "gridprobe@0.25x0.5/max_frames=5,tie_break=spread"]
     assert [r.m_eff for r in cmp.results] == [K * K, 5, 5]
     assert cmp.results[1].frames == list(range(11, 16)) and cmp.results[2].frames != cmp.results[1].frames  # ties: last frames, or spread
     assert len([c for c in fake.calls if c["n_frames"] == K]) == 2 * K  # the probes ran once for all three

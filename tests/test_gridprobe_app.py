@@ -182,7 +182,15 @@ def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
                                                                  "gridprobe@0.5/max_frames=2,tie_break=spread"}
     assert {d["gridprobe"] for d in data["summary"]["paired"]} == {"gridprobe@0.5", "gridprobe@0.5/gamma=6", "gridprobe@0.5/max_frames=2,tie_break=spread"}
     assert "gridprobe (gamma=6)" in (sweep / "results.md").read_text()
-    for bad in (["--methods", "gridprobe,nope"], ["--budgets", "grid=3"], ["--budgets", "gamma=x"]):
+    # squashed probes (HEIGHTxWIDTH fractions): labelled, merged and filtered like any scale
+    squash = tmp_path / "squash"
+    assert bench(["--vlm", str(tiny_vlm_dirs["qwen3-vl"]), "--n", "1", "--grids", "2", "--probe-scales", "0.5x1", "--levels", "1",
+                  "--methods", "gridprobe", "--out", str(squash)]) == 0
+    assert bench(["--merge", str(sweep), str(squash), "--probe-scales", "0.5x1", "--out", str(tmp_path / "sq_merged")]) == 0
+    data = json.loads((tmp_path / "sq_merged" / "results.json").read_text())
+    assert {m["label"] for m in data["summary"]["methods"]} == {"full_frame", "gridprobe@0.5x1"}
+    assert data["meta"]["probe_scales"] == [[0.5, 1.0]] and "| 0.5x1 |" in (tmp_path / "sq_merged" / "results.md").read_text()
+    for bad in (["--methods", "gridprobe,nope"], ["--budgets", "grid=3"], ["--budgets", "gamma=x"], ["--probe-scales", "0.5xx"]):
         with pytest.raises(SystemExit):
             bench([*bad, "--n", "1", "--out", str(tmp_path / "bad")])
     # shards: a second process takes items 2-3; a re-run of the first shard skips its finished items

@@ -214,7 +214,7 @@ def test_qwen3_processor_keeps_the_official_probe_sizes():
                 assert kept == math.ceil(k / 2) * (h // 16) * (w // 16), (size, k, mode)
 
 
-@pytest.mark.parametrize("mode,expected", [("official", (352, 640)), ("official_crossmodel", (224, 224)), ("scale", (180, 320))])
+@pytest.mark.parametrize("mode,expected", [("official", (352, 640)), ("official_crossmodel", (224, 224)), ("scale", (90, 320))])
 def test_pipeline_probes_at_the_official_resolution(mode, expected):
     vlm = FakeVLM(holistic_rule(0))
     vlm.vision_patch_size = 16  # Qwen3-VL's, as HFVisionLanguageModel reports it

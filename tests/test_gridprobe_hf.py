@@ -31,7 +31,7 @@ def vlms(tiny_vlm_dirs) -> dict[str, HFVisionLanguageModel]:
 @pytest.mark.parametrize("family", ["qwen2.5-vl", "qwen3-vl"])
 def test_pipeline_runs_end_to_end(vlms, video, family):
     vlm = vlms[family]
-    pipe = GridProbePipeline(GridProbeConfig(grid=4, probe_scale=0.5), selector=vlm)
+    pipe = GridProbePipeline(GridProbeConfig(grid=4, probe_scale=0.5, probe_height_scale=None), selector=vlm)
     pipe.set_progress_bar_config(disable=True)
     out = pipe(video, QUESTION, OPTIONS)
     assert out.answer in "ABCD" and OPTIONS[out.answer_index] == out.answer_text

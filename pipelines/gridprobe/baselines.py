@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from core.errors import InputError
-from pipelines.gridprobe.frames import VideoInput, check_scale, resize_frames
+from pipelines.gridprobe.frames import VideoInput, check_scale, resize_frames, scale_text
 from pipelines.gridprobe.pipeline import GridProbeOutput, GridProbePipeline, Pool
 from planners.protocol import check_options
 
@@ -53,7 +53,7 @@ class MethodResult:
     frames: list[int]
     tflops: float
     seconds: float
-    probe_scale: float | None = None
+    probe_scale: float | tuple[float, float] | None = None  # one fraction, or (height, width) fractions
     m_eff: int | None = None
     extra: dict = field(default_factory=dict)
     budget: str = ""  # GridProbe under other budget settings than the pipeline's (``budget_label``); "" for the pipeline's
@@ -61,8 +61,8 @@ class MethodResult:
     @property
     def label(self) -> str:
         """``method`` plus the probe scale for probe-dependent methods and any other budget, e.g. ``gridprobe@0.5``,
-        ``gridprobe@0.25/gamma=6``."""
-        label = self.method if self.probe_scale is None else f"{self.method}@{self.probe_scale:g}"
+        ``gridprobe@0.25/gamma=6``, ``gridprobe@0.25x0.5`` (height x width)."""
+        label = self.method if self.probe_scale is None else f"{self.method}@{scale_text(self.probe_scale)}"
         return f"{label}/{self.budget}" if self.budget else label
 
 
@@ -138,7 +138,7 @@ def _check_budget(m: int, pool_size: int) -> None:
 
 @torch.no_grad()
 def compare_methods(pipe: GridProbePipeline, video: VideoInput | Pool, question: str, options: Sequence[str], *,
-                    probe_scales: Sequence[float] | None = None, methods: Sequence[str] | None = None,
+                    probe_scales: Sequence[float | tuple[float, float]] | None = None, methods: Sequence[str] | None = None,
                     fixed_budget: int = 8, generator: np.random.Generator | int | None = 0,
                     subtitles: str | None = None, budgets: Sequence[dict] = ()) -> Comparison:
     """Run GridProbe and the baselines on one question.
@@ -147,8 +147,8 @@ def compare_methods(pipe: GridProbePipeline, video: VideoInput | Pool, question:
         pipe: the GridProbe pipeline (its selector probes; its answerer answers every method).
         video: anything ``pipe`` accepts, or a ``Pool`` already fetched with ``pipe.load_pool``
             (reuse it across questions on the same video and grid).
-        probe_scales: probe resolutions to run (fractions of the source side); default the
-            pipeline's ``probe_scale``. Probe-dependent methods give one result per scale.
+        probe_scales: probe resolutions to run (fractions of the source side, or (height, width) pairs of
+            them); default the pipeline's ``probe_scale``. Probe-dependent methods give one result per scale.
         methods: a subset of ``METHODS``; default all, leaving out ``encoder_meff`` (with a
             warning) when the selector has no ``encode_text``.
         fixed_budget: M of ``uniform_m`` (clipped to K²). [DEFAULT 8, MDP3's budget in the paper]
@@ -164,7 +164,9 @@ def compare_methods(pipe: GridProbePipeline, video: VideoInput | Pool, question:
         dataclasses.replace(pipe.config, **b)  # checks the values
     letters = check_options(options)
     methods = _resolve_methods(pipe, methods)
-    scales = [check_scale("probe_scales", s) for s in (probe_scales or [pipe.config.probe_scale])]
+    c = pipe.config
+    own = c.probe_scale if c.probe_height_scale is None else (c.probe_height_scale, c.probe_scale)
+    scales = [check_scale("probe_scales", s) for s in (probe_scales or [own])]
     rng = generator if isinstance(generator, np.random.Generator) else np.random.default_rng(generator)
     prompt = pipe.prompt(question, options, subtitles)
     pool = video if isinstance(video, Pool) else pipe.load_pool(video)

@@ -59,6 +59,12 @@ class GridProbeConfig(PipelineConfig):
             ``(H, W)``. Default 0.5: the measured Pareto point (docs/BENCHMARKS.md: at 1/2 the
             builtin model gains accuracy at 1.89x less compute than full-frame, while full-size
             probes cost more than the full-frame pass itself); the paper's README runs use 1.0.
+        probe_height_scale: the probes' height as a fraction of the source height, when it differs from
+            ``probe_scale`` (which then scales the width) [PROPOSED; the reference's probes keep the aspect]: a
+            squashed probe frame costs fewer tokens (the builtin VLM reads 16 px cells, so at 64 px its frames cost
+            16, 4 or 1 tokens square, and 2 at 1/4 x 1/2). Default 0.25: the measured Pareto pick (1/4 x 1/2 probes
+            keep full-frame accuracy at 3.46x fewer TFLOPs on 1,000 questions, square 1/2 probes 2.45x); None gives
+            square probes.
         probe_resolution: ``scale`` (ours: ``probe_scale`` / ``probe_size`` with INTER_AREA), or the
             official scripts' probe resolution, computed and resized the way qwen-vl-utils does
             (``pipelines.gridprobe.frames.official_probe_sizes``) for the selector's patch size:
@@ -85,6 +91,12 @@ class GridProbeConfig(PipelineConfig):
     max_frames: int | None = setting(32, help="most frames for the focused pass (None: K², the reference's)", range=(1, None))
     tie_break: str = setting("stable", help="order of equally important frames ('stable' is the reference's)", choices=TIE_BREAKS)
     probe_scale: float = setting(0.5, help="probe resolution as a fraction of the source side, in (0, 1]", range=(1e-3, 1.0))
+    # [PROPOSED] 0.25: benchmarks.gridprobe's default_rule on questions 0-499 (docs/BENCHMARKS.md, "GridProbe"); None: square
+    # probes, as the reference's
+    probe_height_scale: float | None = setting(0.25, help="probes' height as a fraction of the source height (equal to probe_scale or "
+                                                          "None: square probes, the reference's); below probe_scale a probe frame is "
+                                                          "squashed: fewer tokens per probe",
+                                               range=(1e-3, 1.0))
     probe_size: tuple[int, int] | None = setting(None, help="probe size (H, W) in pixels; overrides probe_scale")
     probe_resolution: str = setting("scale", help="'scale' (probe_scale / probe_size) or the official scripts' probe resolution",
                                     choices=PROBE_RESOLUTIONS)
@@ -108,6 +120,8 @@ class GridProbeConfig(PipelineConfig):
         # the budget helpers own the gamma / min_frames / max_frames rules: ask them on a flat map
         select_budget(self.budget_rule, np.ones(layout.size), self.gamma, self.min_frames, self.max_frames)
         check_scale("probe_scale", self.probe_scale)
+        if self.probe_height_scale is not None:
+            check_scale("probe_height_scale", self.probe_height_scale)
         check_scale("focus_scale", self.focus_scale)
         check_size("probe_size", self.probe_size)
         check_size("focus_size", self.focus_size)

@@ -47,18 +47,32 @@ def fetch_frames(source: FrameSource, indices: Sequence[int]) -> np.ndarray:
     return frames
 
 
-def scaled_size(height: int, width: int, scale: float = 1.0, size: tuple[int, int] | None = None) -> tuple[int, int]:
-    """The ``(H, W)`` frames are resized to: ``size`` when given, else each side times ``scale`` (>= 1 px)."""
+def scaled_size(height: int, width: int, scale: float | tuple[float, float] = 1.0, size: tuple[int, int] | None = None) -> tuple[int, int]:
+    """The ``(H, W)`` frames are resized to: ``size`` when given, else each side times ``scale`` (>= 1 px); a
+    ``(height, width)`` pair of fractions scales the sides apart (a squashed frame: fewer tokens)."""
     if size is not None:
         return int(size[0]), int(size[1])
-    return max(1, round(height * scale)), max(1, round(width * scale))
+    sy, sx = scale if isinstance(scale, tuple) else (scale, scale)
+    return max(1, round(height * sy)), max(1, round(width * sx))
 
 
-def check_scale(name: str, scale: float) -> float:
-    """Scales are fractions of the source side in (0, 1]: frames are only ever shrunk."""
+def check_scale(name: str, scale: float | Sequence[float]) -> float | tuple[float, float]:
+    """Scales are fractions of the source side in (0, 1]: frames are only ever shrunk. A ``(height, width)``
+    pair scales the sides apart; an equal pair is the one scale."""
+    if isinstance(scale, (tuple, list)) and len(scale) == 2:
+        sy, sx = (check_scale(name, s) for s in scale)
+        return sy if sy == sx else (sy, sx)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and 0 < scale <= 1):
-        raise InputError(name, scale, "use a fraction of the source side in (0, 1], e.g. 0.5 for half size")
+        raise InputError(name, scale, "use a fraction of the source side in (0, 1], e.g. 0.5 for half size, "
+                                      "or a (height, width) pair of them")
     return float(scale)
+
+
+def scale_text(scale: float | Sequence[float] | None) -> str:
+    """``0.5`` -> ``"0.5"``, ``(0.25, 0.5)`` -> ``"0.25x0.5"`` (height x width): how labels and tables name a probe scale."""
+    if scale is None:
+        return "-"
+    return "x".join(f"{s:g}" for s in scale) if isinstance(scale, (tuple, list)) else f"{scale:g}"
 
 
 def check_size(name: str, size: tuple[int, int] | None) -> tuple[int, int] | None:

@@ -286,15 +286,17 @@ class GridProbePipeline(Pipeline):
         check_allocation("grid", self.config.grid, n * int(size[0]) * int(size[1]) * 3,
                          f"the pool holds {n} frames of {size[1]}x{size[0]}: use a smaller grid")
 
-    def probe_size(self, pool: Pool, scale: float | None = None) -> tuple[int, int]:
-        """The probes' ``(H, W)``: with ``scale`` the source size times it; else, per ``probe_resolution``,
-        ``probe_size`` if set or the source size times ``probe_scale`` (``scale``), or the official size."""
+    def probe_size(self, pool: Pool, scale: float | tuple[float, float] | None = None) -> tuple[int, int]:
+        """The probes' ``(H, W)``: with ``scale`` (one fraction, or a (height, width) pair) the source size times it;
+        else, per ``probe_resolution``, ``probe_size`` if set or the source size times ``probe_height_scale`` /
+        ``probe_scale`` (``scale``), or the official size."""
         h, w = pool.frames.shape[1:3]
         if scale is not None:
             return scaled_size(h, w, check_scale("probe_scale", scale))
         if self.config.probe_resolution != "scale":
             return self.official_probe_steps(pool)[-1]
-        return scaled_size(h, w, self.config.probe_scale, self.config.probe_size)
+        c = self.config
+        return scaled_size(h, w, (c.probe_height_scale or c.probe_scale, c.probe_scale), c.probe_size)
 
     def official_probe_steps(self, pool: Pool) -> list[tuple[int, int]]:
         """qwen-vl-utils' resize steps for a K-frame probe at ``probe_resolution``, for the selector's patch
@@ -303,7 +305,7 @@ class GridProbePipeline(Pipeline):
         patch = getattr(self.selector, "vision_patch_size", None)
         return official_probe_sizes(h, w, self.config.grid, self.config.probe_resolution, patch)
 
-    def probe_frames(self, pool: Pool, scale: float | None = None) -> np.ndarray:
+    def probe_frames(self, pool: Pool, scale: float | tuple[float, float] | None = None) -> np.ndarray:
         """All pool frames at probe resolution (``official_resize`` for the official resolutions)."""
         if scale is None and self.config.probe_resolution != "scale":
             return official_resize(pool.frames, self.official_probe_steps(pool))
@@ -315,7 +317,7 @@ class GridProbePipeline(Pipeline):
 
     # ---- stage 1: probes -----------------------------------------------------------------------
 
-    def run_probes(self, pool: Pool, prompt: str, options: Sequence[str], scale: float | None = None,
+    def run_probes(self, pool: Pool, prompt: str, options: Sequence[str], scale: float | tuple[float, float] | None = None,
                    callback: Callable | None = None) -> ProbeResult:
         """The 2K posterior probes through the selector (rows first, then columns, as the reference);
         ``callback(pipe, step, info)`` after each."""
