@@ -3,6 +3,7 @@
     python -m benchmarks.bernini [--n 200] [--start 0] [--tasks t2v,v2v,r2v] [--methods bernini,no_plan,oracle_plan]
                                  [--planner builtin] [--renderer builtin] [--out outputs/bench/bernini]
     python -m benchmarks.bernini --merge DIR [DIR ...] --out DIR
+    python -m benchmarks.bernini --direction-ceiling [--n 200]     # what the t2v captions let any generator get right
 
 Items: the TEST split of ``training.bernini_data`` (worldgen t2v, edit as v2v, ref2v as r2v; levels 1-3 in
 turn; 16 frames at 64x64), never seen in training. Methods, each run on the same items with the item's
@@ -257,6 +258,38 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
     return summary, "\n".join(lines) + "\n"
 
 
+def direction_ceiling(split: str, seed: int, items: range) -> dict:
+    """The t2v direction share a generator that reads only the caption can expect, on ``items``.
+
+    The judge grades every caption object's net direction (``worldgen.captions.direction``), but a caption gives
+    it only for a ``linear`` or ``accelerate`` mover ("slides to the left"; "speeds up" only when it ends where it
+    began) and a ``static`` one ("stays still"); a bounce, a circle or a stop-and-go ("bounces around") ends
+    wherever its world took it, in words that do not depend on where.
+    The best a generator can do on those is to guess, for each such motion (the caption names it), its most common
+    direction on these very items, so the ceiling is (stated + those guesses' hits) / graded: a generator that reads
+    every caption perfectly and knows the items' statistics. (Relations and events in a caption, "hits the wall",
+    hint at a few more; the bound leaves them out.)"""
+    from collections import Counter
+
+    from training.bernini_data import world_sample
+
+    stated, unstated = 0, {}
+    for i in items:
+        for o in world_sample("t2v", split, seed, i).record["attributes"]["objects"]:
+            if "direction" not in o:  # a person: no direction graded
+                continue
+            if o["motion"] in ("static", "linear", "accelerate"):
+                stated += 1
+            else:
+                unstated.setdefault(o["motion"], Counter())[o["direction"] or "none"] += 1
+    graded = stated + sum(sum(c.values()) for c in unstated.values())
+    guesses = {kind: c.most_common(1)[0] for kind, c in unstated.items()}
+    hits = sum(n for _, n in guesses.values())
+    return {"items": len(items), "graded_objects": graded, "stated": stated,
+            "unstated": {kind: dict(c) for kind, c in unstated.items()}, "best_guesses": {k: g for k, (g, _) in guesses.items()},
+            "stated_share": round(stated / graded, 4), "ceiling": round((stated + hits) / graded, 4)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bernini", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shard_arguments(ap, 200, noun="prompts", compare="methods")
@@ -270,7 +303,14 @@ def main(argv=None) -> int:
     ap.add_argument("--plan-candidates", type=int, default=4, help="plans sampled per clip by the plan_rerank method (default 4)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/bernini"))
+    ap.add_argument("--direction-ceiling", action="store_true",
+                    help="print the t2v direction share the items' captions allow a caption-only generator (no clips drawn), then stop")
     args = ap.parse_args(argv)
+    if args.direction_ceiling:
+        import json
+
+        print(json.dumps(direction_ceiling(args.split, args.seed, range(args.start, args.start + args.n))))
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     bad = [m for m in args.methods if m not in METHODS] + [t for t in args.tasks if t not in ("t2v", "v2v", "r2v")]
     if bad:

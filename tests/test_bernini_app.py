@@ -151,3 +151,27 @@ def test_planner_settings_reads_plans_through_a_renderers_draft(tmp_path):
     assert {r["task"] for r in res["rows"]} == {"t2v"} and len(res["rows"]) == 2
     with pytest.raises(SystemExit):
         settings(["--n", "1", "--tasks", "t2v,x2v", "--out", str(tmp_path / "bad_task")])
+
+
+def test_direction_ceiling_counts_what_the_captions_say():
+    """The t2v direction bound: a bounce / circle / stop-and-go is captioned in words that do not depend on where it
+    ends, a linear or accelerating mover by its direction; the ceiling adds the best per-motion guesses."""
+    from benchmarks.bernini import direction_ceiling
+    from training.bernini_data import world_sample
+    from worldgen.captions import _MOTION_PHRASES, _MOVES
+
+    items = range(12)
+    c = direction_ceiling("test", 0, items)
+    unstated = {k: sum(v.values()) for k, v in c["unstated"].items()}
+    assert set(unstated) <= {"bounce", "circular", "stop_and_go"}
+    assert c["graded_objects"] == c["stated"] + sum(unstated.values())
+    hits = sum(c["unstated"][k][g] for k, g in c["best_guesses"].items())
+    assert c["ceiling"] == round((c["stated"] + hits) / c["graded_objects"], 4) < 1
+    for i in items:  # the premise, from the captions themselves
+        rec = world_sample("t2v", "test", 0, i).record
+        text = rec["caption"].lower()
+        for o in rec["attributes"]["objects"]:
+            if o.get("motion") in unstated:
+                assert any(p in text for p in _MOTION_PHRASES[o["motion"]])
+            elif o.get("motion") in ("linear", "accelerate") and o["direction"]:
+                assert any(p in text for p in _MOVES[o["direction"]])
