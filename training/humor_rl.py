@@ -372,6 +372,7 @@ def main(argv=None) -> int:
     ap.add_argument("--distinct-weight", type=float,
                     help="weight of the distinct reward, which pays a caption less for each copy of it in its group "
                          "(default 0: off, the shipped recipe) [PROPOSED]")
+    ap.add_argument("--beta", type=float, help="weight of the k3 KL to the SFT reference (default 0.01, published)")
     ap.add_argument("--save-steps", type=int, help="checkpoint every N steps (default 25), for choosing by the KL rule")
     add_hold_out_argument(ap)
     ap.add_argument("--tiny", action="store_true")
@@ -385,7 +386,7 @@ def main(argv=None) -> int:
                                      ("top_p", args.top_p), ("batch", args.batch), ("group", args.group),
                                      ("human_anchors", args.human_anchors), ("save_steps", args.save_steps)) if v}
     over.update({k: v for k, v in (("topic_rate", args.topic_rate), ("topic_weight", args.topic_weight),
-                                     ("distinct_weight", args.distinct_weight), ("held_out", args.hold_out))
+                                     ("distinct_weight", args.distinct_weight), ("held_out", args.hold_out), ("beta", args.beta))
                  if v is not None})
     recipe = RLRecipe(**{**asdict(recipe), **over})
     facts = train_rl(args.out, args.sft, recipe, args.reward_model, resume=not args.no_resume)
