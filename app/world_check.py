@@ -68,12 +68,17 @@ def uses_builtin(app, components: dict, options: dict) -> bool:
     return any(str(components.get(slot) or app.defaults.get(slot, "")) == "builtin" for slot in app.components)
 
 
+# what a slot can name that ships with Atelier: the builtin models and the classic (OpenCV, weight-free) trackers
+# and proposers; anything else is a checkpoint, sized after it loads
+SHIPPED = ("builtin", "classic")
+
+
 def only_builtin(app, components: dict, options: dict) -> bool:
-    """Whether every model of the run is a shipped builtin one (no ``--pipeline`` folder; each slot builtin, or left
-    empty where it is optional)."""
+    """Whether every component of the run ships with Atelier (no ``--pipeline`` folder; each slot a builtin model or
+    a classic algorithm, or left empty where it is optional)."""
     if options.get("pipeline"):
         return False
-    return all(str(components.get(slot) or app.defaults.get(slot) or "builtin") == "builtin" for slot in app.components)
+    return all(str(components.get(slot) or app.defaults.get(slot) or "builtin") in SHIPPED for slot in app.components)
 
 
 def notice(app, web: bool = False) -> str:

@@ -16,9 +16,11 @@ OUT/rows.json; docs/BENCHMARKS.md quotes them with this command.
 
 ``--threads-check`` (issue 50's threads acceptance) instead runs each verb cold on its showcase input while another
 process keeps both cores busy (a torch matmul loop on two threads): at Atelier's default (no ``--threads``, no
-``OMP_NUM_THREADS``, no ``ATELIER_THREADS``) and with ``OMP_NUM_THREADS=1``, alternating, ``--repeats`` times each,
-after one uncounted run (the first run of a verb also fills the page cache, which made the default look slower);
-the ratio of the median walls says whether the default is slower. Results: OUT/threads.md and OUT/threads.json.
+``OMP_NUM_THREADS``, no ``ATELIER_THREADS``) and with ``OMP_NUM_THREADS=1``, in pairs, ``--repeats`` pairs, each
+pair's order flipped from the last (ABBA), after one uncounted run (the first run of a verb also fills the page
+cache, which made the default look slower); the median of the pairs' ratios says whether the default is slower
+(pairs cancel a load that drifts during the run, which a ratio of medians does not). Results: OUT/threads.md and
+OUT/threads.json.
 """
 
 from __future__ import annotations
@@ -160,19 +162,23 @@ def threads_check(verbs: list[str], env: dict, out: Path, repeats: int) -> str:
                 # one run first, not counted: the first run of a verb also reads its files into the page cache
                 _child(f"import sys\nfrom app.cli import main\nsys.exit(main({argv + ['-o', str(tmp / f'{verb}_warm')]!r}))", one_env)
                 for k in range(repeats):
-                    for name, e in (("default", default_env), ("omp1", one_env)):
+                    arms = (("default", default_env), ("omp1", one_env))
+                    for name, e in arms if k % 2 == 0 else arms[::-1]:
                         run = _child(f"import sys\nfrom app.cli import main\nsys.exit(main({argv + ['-o', str(tmp / f'{verb}_{name}_{k}')]!r}))", e)
                         walls[name].append(run["wall"] if run["rc"] == 0 else float("nan"))
-                row = {"verb": verb, **{f"{n}_walls": w for n, w in walls.items()},
-                       "ratio": float(np.median(walls["default"]) / np.median(walls["omp1"]))}
+                pair_ratios = [a / b for a, b in zip(walls["default"], walls["omp1"])]
+                row = {"verb": verb, **{f"{n}_walls": w for n, w in walls.items()}, "pair_ratios": pair_ratios,
+                       "ratio": float(np.median(pair_ratios))}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     finally:
         busy.kill()
         busy.wait()
     (out / "threads.json").write_text(json.dumps(rows, indent=1))
-    lines = ["| verb | default: cold wall s (median) | OMP_NUM_THREADS=1: cold wall s (median) | default / one thread |", "|---|---|---|---|"]
-    lines += [f"| {r['verb']} | {np.median(r['default_walls']):.1f} | {np.median(r['omp1_walls']):.1f} | {r['ratio']:.2f} |" for r in rows]
+    lines = ["| verb | default: cold wall s (median) | OMP_NUM_THREADS=1: cold wall s (median) | default / one thread (median of pairs) | pairs' range |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {r['verb']} | {np.median(r['default_walls']):.1f} | {np.median(r['omp1_walls']):.1f} | {r['ratio']:.2f} | "
+              f"{min(r['pair_ratios']):.2f}-{max(r['pair_ratios']):.2f} |" for r in rows]
     text = "\n".join(lines) + "\n"
     (out / "threads.md").write_text(text)
     return text

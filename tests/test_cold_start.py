@@ -188,3 +188,9 @@ print(n, only_builtin(app, comps, opts), [os.environ.get(v) for v in THREAD_VARS
     assert run("", "", OMP_NUM_THREADS="4") == "1 True ['4', '1', '1'] False"  # the user's own setting stays
     assert run("", "3", OMP_NUM_THREADS="4") == "3 True ['3', '3', '3'] False"  # an asked-for count wins
     assert run("/some/checkpoint", "") == "None False [None, None, None] False"  # a real model: decided by its size later
+    # `segment` at its defaults: a builtin planner beside the classic (OpenCV, weight-free) tracker and proposer
+    from app.world_check import only_builtin
+    from pipelines.registry import get_app
+
+    segment = get_app("segment")
+    assert only_builtin(segment, {}, {}) and not only_builtin(segment, {"tracker": "/models/sam2"}, {})
