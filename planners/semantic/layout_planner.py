@@ -347,7 +347,13 @@ class LayoutPlanner(nn.Module):
         if raw.get("model") != MODEL_NAME:
             raise InputError("planner", str(directory), f"config.json names {raw.get('model')!r}, not {MODEL_NAME!r}")
         model = cls(LayoutPlannerConfig(**raw["config"]))
-        model.load_state_dict(load_state_dict(directory / "model.safetensors"))
+        state = load_state_dict(directory / "model.safetensors")
+        own = model.state_dict()
+        for name in ("writer.task.weight", "writer.kind.weight"):  # a folder from before the "read" task had one row fewer
+            old = state.get(name)
+            if old is not None and len(old) == len(own[name]) - 1 and not model.config.read_source:
+                state[name] = torch.cat([old, own[name][len(old):]])  # the new row, never used without read_source
+        model.load_state_dict(state)
         model.eval().requires_grad_(False)
         if device is not None:
             model.to(device)
