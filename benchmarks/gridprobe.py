@@ -37,7 +37,6 @@ import numpy as np
 from benchmarks.common import (ArgumentsDiffer, RowLog, accuracy_cell, add_shard_arguments, comma_ints,
                                command_line, group_rows, in_range, markdown_table, merge_header, merge_rows,
                                paired_bootstrap, paired_cell, pareto_plot, spearman, write_results)
-
 from pipelines.gridprobe.frames import scale_text  # torch-free (numpy, OpenCV)
 
 logger = logging.getLogger("benchmarks.gridprobe")
@@ -117,9 +116,12 @@ def run(args) -> list[dict]:
 def probe_scales(text: str) -> list[float | tuple[float, float]]:
     """``"0.5,0.25x0.5"`` -> ``[0.5, (0.25, 0.5)]``: one fraction of the source side, or height x width fractions."""
     try:
-        return [scale_key([float(v) for v in part.split("x")]) for part in text.split(",") if part.strip()]
+        scales = [[float(v) for v in part.split("x")] for part in text.split(",") if part.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: write fractions such as 0.5 or HEIGHTxWIDTH such as 0.25x0.5, comma-separated") from None
+        scales = []
+    if not scales or any(len(s) > 2 for s in scales):
+        raise argparse.ArgumentTypeError(f"{text!r}: write fractions such as 0.5 or HEIGHTxWIDTH such as 0.25x0.5, comma-separated")
+    return [scale_key(s) for s in scales]
 
 
 def scale_key(scale) -> float | tuple[float, float]:

@@ -190,7 +190,7 @@ def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
     data = json.loads((tmp_path / "sq_merged" / "results.json").read_text())
     assert {m["label"] for m in data["summary"]["methods"]} == {"full_frame", "gridprobe@0.5x1"}
     assert data["meta"]["probe_scales"] == [[0.5, 1.0]] and "| 0.5x1 |" in (tmp_path / "sq_merged" / "results.md").read_text()
-    for bad in (["--methods", "gridprobe,nope"], ["--budgets", "grid=3"], ["--budgets", "gamma=x"], ["--probe-scales", "0.5xx"]):
+    for bad in (["--methods", "gridprobe,nope"], ["--budgets", "grid=3"], ["--budgets", "gamma=x"], ["--probe-scales", "0.5xx"], ["--probe-scales", "0.1x0.2x0.3"]):
         with pytest.raises(SystemExit):
             bench([*bad, "--n", "1", "--out", str(tmp_path / "bad")])
     # shards: a second process takes items 2-3; a re-run of the first shard skips its finished items
