@@ -45,6 +45,9 @@ weights: $(STAMP)
 	$(PY) -m training.planner --out outputs/train/planner_irope_lc5 --init outputs/train/planner_irope_scratch $(PLANNER_FLAGS) --regression-loss 1 --local-context 5 --steps 1500
 	$(PY) -m training.planner --out weights/builtin/planner --init outputs/train/planner_irope_lc5 $(PLANNER_FLAGS) --regression-loss 1 --local-context 5 --steps 8000 --stop-at 5000
 	$(PY) -m training.planner --out weights/builtin/planner --eval-only --txt-cfg 6
+	# the layout planner (Bernini's t2v / r2v planner, planners.semantic.by_task): both parts, then the writer alone
+	$(PY) -m training.layout_planner --out outputs/train/layout_stage1 --steps 3000
+	$(PY) -m training.layout_planner --out weights/builtin/layout_planner --parts writer --init outputs/train/layout_stage1 --steps 4000
 	$(PY) -m training.instances --out weights/builtin/instances
 	$(PY) -m training.skeleton_planner --out weights/builtin/skeleton_planner
 	$(PY) -m training.motion_renderer --out weights/builtin/motion_renderer

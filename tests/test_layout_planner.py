@@ -182,3 +182,42 @@ def test_the_training_script_teaches_reading_and_keeps_an_older_writers_tables(t
     assert json.loads((tmp_path / "b" / "train_config.json").read_text())["mix"] == [0.2, 0.6, 0.2]
     new = LayoutPlanner.from_pretrained(tmp_path / "b")
     assert new.config.read_source and not old.config.read_source and new.writer.task.weight.shape[0] == len(TASK_IDS)
+
+
+def test_task_planners_hand_each_task_to_its_planner_and_save_both(tmp_path):
+    """The builtin planner slot: the layout planner for t2v / r2v (and t2i), the token planner for edits (and i2v,
+    rv2v); a saved folder names each task's sub-folder and loads back to the same planners."""
+    from planners.semantic.by_task import TaskPlanners
+    from planners.semantic.loading import load_planner
+
+    a, b = _tiny(), _tiny()
+    planners = TaskPlanners({"t2v": a, "r2v": a, "v2v": b})
+    assert planners.for_task("t2i") is a and planners.for_task("rv2v") is b and planners.for_task("i2v") is b
+    with pytest.raises(InputError, match="task"):
+        planners.for_task("ads2v")
+    with pytest.raises(InputError, match="planners"):
+        TaskPlanners({"t2x": a})
+    text = torch.randn(5, 384)
+    ref = VisualTokens(torch.randn(1, 8, 8, 192), "image")
+    out = planners.plan(PlanRequest(prompt_embeds=text, task="r2v", sources=[ref]), grid=(4, 8, 8), generator=2)
+    assert torch.equal(out.tokens, a.plan(PlanRequest(prompt_embeds=text, task="r2v", sources=[ref]), grid=(4, 8, 8), generator=2).tokens)
+    planners.save_pretrained(tmp_path / "tp")
+    saved = json.loads((tmp_path / "tp" / "config.json").read_text())
+    assert saved["tasks"] == {"t2v": "planner_0", "r2v": "planner_0", "v2v": "planner_1"}
+    again = load_planner(str(tmp_path / "tp"))
+    assert again.for_task("t2v") is again.for_task("r2v") and again.for_task("v2v") is not again.for_task("t2v")
+    again_out = again.plan(PlanRequest(prompt_embeds=text, task="r2v", sources=[ref]), grid=(4, 8, 8), generator=2)
+    assert torch.equal(again_out.tokens, out.tokens)
+    (tmp_path / "tp" / "config.json").write_text(json.dumps({"model": "task-planners", "tasks": {"t2v": "../elsewhere"}}))
+    with pytest.raises(InputError, match="sub-folder"):
+        load_planner(str(tmp_path / "tp"))
+
+
+def test_the_builtin_planner_is_the_layout_planner_for_generation_and_the_token_planner_for_edits():
+    from planners.semantic.layout_planner import LayoutPlanner
+    from planners.semantic.loading import load_planner
+    from planners.semantic.planner import SemanticPlanner
+
+    planner = load_planner("builtin")
+    assert isinstance(planner.for_task("t2v"), LayoutPlanner) and planner.for_task("r2v") is planner.for_task("t2v")
+    assert isinstance(planner.for_task("v2v"), SemanticPlanner)

@@ -33,9 +33,9 @@ def test_readme_python_snippets_run(tmp_path, monkeypatch, capsys):
     assert sorted(os.listdir(tmp_path)) == ["outputs"]
     # what the text says the outputs show: GridProbe answers the needle question right ...
     assert namespace["out"] is not None and "D. cross" in out and namespace["q"]["answer"] == "cross"
-    # ... and the builtin Bernini draws an orange heart, small and moving up, where the prompt's is medium and in place
-    # (the judge calls it wrong: issue 51)
-    assert "('small', 'orange', 'heart', 'up')" in out
+    # ... and the builtin Bernini plans the right layout (a medium orange heart in place) but draws a small orange blob
+    # the judge reads as a circle, in place (the judge calls it wrong: issue 51)
+    assert "1. orange heart, medium, accelerate" in out and "('small', 'orange', 'circle', None)" in out
     assert "white (p = " in out  # latent reasoning: the scene's answer is white
     # the VLM sampling snippet captions the one object its clip holds, and its samples differ
     samples = namespace["vlm"].generate(namespace["turn"], do_sample=True, temperature=1.0, num_return_sequences=3, generator=1)

@@ -333,9 +333,10 @@ class BerniniPipeline(Pipeline):
         from planners.semantic.layout import official_system_prompt
         from planners.semantic.planner import OFFICIAL_STREAMS
 
-        c, pc = self.config, self.planner.config
+        planner = self.planner.for_task(task) if hasattr(self.planner, "for_task") else self.planner  # the builtin: one per task
+        c, pc = self.config, planner.config
         official = self.backend == "hf" and self.release in OFFICIAL
-        encode = self.encoder.encode_visual if self.encoder is not None else getattr(self.planner.backbone, "encode_visual", None)
+        encode = self.encoder.encode_visual if self.encoder is not None else getattr(planner.backbone, "encode_visual", None)
         if sources and encode is None:
             raise InputError("encoder", None, "this planner reads sources through an encoder: pass encoder='builtin'")
         # the release reads sources at 2 fps within 50176 pixels (bicubic); our own planners as their processor does
@@ -379,7 +380,7 @@ class BerniniPipeline(Pipeline):
         try:
             best, best_score = None, -math.inf
             for _ in range(k):  # one generator: candidate j is the j-th draw after the seed, so a seed repeats the pick
-                out = self.planner.plan(request, grid=grid, steps=steps, denoising_steps=denoise, txt_cfg=txt, img_cfg=img,
+                out = planner.plan(request, grid=grid, steps=steps, denoising_steps=denoise, txt_cfg=txt, img_cfg=img,
                                         cot=c.cot and pc.cot and not official, generator=gen, callback=on_step,
                                         **(OFFICIAL_STREAMS if official else {}))
                 s = score(out.tokens, prompt) if k > 1 else 0.0

@@ -1,8 +1,9 @@
 """The builtin Bernini planner, second design: decide the scene first, then paint its plan (issue 51) [PROPOSED].
-Not yet what weights/builtin/planner holds (measured in docs/history/bernini.md, "Trial: a layout writer and a
-plan painter"); ``load_planner`` loads any folder whose config.json names it.
+The builtin planner of t2v and r2v (weights/builtin/layout_planner, through ``planners.semantic.by_task``); edits keep
+the token planner, which reads a source better (docs/history/bernini.md, "The layout planner for t2v and r2v").
+``load_planner`` loads any folder whose config.json names it.
 
-    planner = LayoutPlanner.from_pretrained("weights/builtin/planner")
+    planner = LayoutPlanner.from_pretrained("weights/builtin/layout_planner")
     out = planner.plan(PlanRequest(prompt_embeds=minilm_states), grid=(4, 8, 8), generator=gen)
     out.cot_text     # "background: checker, tone dark green; 1. red star, medium, linear: (12, 7) -> ... "
     out.tokens       # (T', h, w, 192): the plan in builtin-ViT space, what the builtin renderer decodes
