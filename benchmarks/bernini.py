@@ -81,8 +81,11 @@ def painted_true_layout(planner, pool, i: int, split: str, split_seed: int) -> n
 
     from training.bernini_layout import item_layout
 
+    if hasattr(planner, "for_task"):  # the builtin's one planner per task
+        planner = planner.for_task(pool.task)
     if not hasattr(planner, "painter"):
-        raise SystemExit("error: --methods layout_oracle needs a layout planner (--planner builtin or a layout-planner folder)")
+        raise SystemExit(f"error: --methods layout_oracle needs a layout planner for {pool.task} (a layout-planner folder; "
+                         "the builtin plans only t2v and r2v with one)")
     layout = item_layout(pool.task, split, split_seed, int(pool.index[i]), pool.cfg, planner.vocab.cells)
     src = torch.from_numpy(pool.source_tokens[i : i + 1].astype(np.float32)) if pool.task == "v2v" else None
     with torch.no_grad():

@@ -381,8 +381,8 @@ class BerniniPipeline(Pipeline):
             best, best_score = None, -math.inf
             for _ in range(k):  # one generator: candidate j is the j-th draw after the seed, so a seed repeats the pick
                 out = planner.plan(request, grid=grid, steps=steps, denoising_steps=denoise, txt_cfg=txt, img_cfg=img,
-                                        cot=c.cot and pc.cot and not official, generator=gen, callback=on_step,
-                                        **(OFFICIAL_STREAMS if official else {}))
+                                   cot=c.cot and pc.cot and not official, generator=gen, callback=on_step,
+                                   **(OFFICIAL_STREAMS if official else {}))
                 s = score(out.tokens, prompt) if k > 1 else 0.0
                 if s > best_score:
                     best, best_score = out, s
