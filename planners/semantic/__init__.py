@@ -1,6 +1,7 @@
 """Bernini's semantic planner (spec bernini.md b.2-b.4, b.9): the planner sequence and its block mask
 (``layout``), the per-token flow head (``flow_head``), the MaskGIT reveal schedule (``maskgit``), the
-pluggable backbones (``backbones``: transformers Qwen2.5-VL, builtin transformer) and the planner itself."""
+pluggable backbones (``backbones``: transformers Qwen2.5-VL, builtin transformer) and the planner itself; the builtin
+backend's layout planner (``layout_planner``) and its planner slot of one planner per task (``by_task``)."""
 
 from planners.semantic.backbones import (
                                          HFPlannerBackbone,

@@ -45,7 +45,7 @@ def saved_planner(path: Path, device: Any, dtype: Any) -> Any:
     return None
 
 
-def builtin_planner(device: Any = None, dtype: Any = None) -> Any:
+def shipped_planners(device: Any = None, dtype: Any = None) -> Any:
     """The shipped planners, each for the tasks ``BUILTIN_TASKS`` gives it."""
     from planners.semantic.by_task import TaskPlanners
 
@@ -63,7 +63,7 @@ def builtin_planner(device: Any = None, dtype: Any = None) -> Any:
 
 def load_planner(spec: str | Path = "builtin", device: Any = None, dtype: Any = None, trust_remote_code: bool = False,
                  **_: Any) -> Any:
-    """The planner for ``spec``: ``builtin`` (``builtin_planner``), a saved planner folder (``SemanticPlanner``, the
+    """The planner for ``spec``: ``builtin`` (``shipped_planners``), a saved planner folder (``SemanticPlanner``, the
     builtin ``LayoutPlanner`` or ``TaskPlanners``, as its config.json names it, or one in ``planner/``), or the official
     ``Bernini-Diffusers`` / ``-v2`` folder (``bernini/`` shards + ``mllm/``, ``planners.semantic.official``)."""
     from planners.semantic.layout_planner import MODEL_NAME as LAYOUT
@@ -72,7 +72,7 @@ def load_planner(spec: str | Path = "builtin", device: Any = None, dtype: Any = 
     if not isinstance(spec, (str, Path)) or not str(spec).strip():
         raise InputError("planner", spec, "pass 'builtin' or a planner folder")
     if str(spec) == "builtin":
-        return builtin_planner(device, dtype)
+        return shipped_planners(device, dtype)
     path = Path(spec).expanduser()
     if not path.is_dir():
         raise InputError("planner", str(spec), "no such folder; pass 'builtin' or a planner folder")
