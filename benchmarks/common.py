@@ -360,12 +360,16 @@ def _pareto_panel(points, colours, size, x_label):
         d.line([px(x, y) for x, y in front], fill=(150, 150, 150), width=2)
     on_front = set(front)
     groups = [p["group"] for p in pts]
+    placed: list[tuple[float, float, float, float]] = []
     for p, x, y in zip(pts, xs, ys):
         cx, cy = px(x, y)
         colour = colours.get(p["group"], (0, 0, 0))
         d.ellipse([cx - 5, cy - 5, cx + 5, cy + 5], fill=colour, outline="black")
         if (x, y) in on_front or groups.count(p["group"]) == 1:  # the rest unlabelled: a sweep's tags would overlap
-            d.text((cx + 7, cy - 6), p["tag"], fill=colour)
+            box = d.textbbox((cx + 7, cy - 6), p["tag"])
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):  # no label over another
+                d.text((cx + 7, cy - 6), p["tag"], fill=colour)
+                placed.append(box)
     for i, (name, colour) in enumerate(colours.items()):
         y = top + 10 + 20 * i
         d.ellipse([W - right + 15, y, W - right + 25, y + 10], fill=colour, outline="black")

@@ -128,3 +128,21 @@ def test_pareto_png_is_written(tmp_path):
     assert img.shape == (640, 1000, 3) and (img == (214, 39, 40)).all(-1).sum() > 20  # the GridProbe point, drawn
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pareto.png"]  # no temporary file left
     assert Image.open(pareto_plot([], tmp_path / "empty.png", colours)).size == (1000, 640)
+
+
+def test_pareto_labels_are_never_drawn_over_one_another(tmp_path):
+    from PIL import Image
+
+    colours = {"gridprobe": (214, 39, 40)}
+
+    def red(points) -> int:
+        img = np.asarray(Image.open(pareto_plot(points, tmp_path / "p.png", colours)).convert("RGB")).astype(int)
+        return int(((img[..., 0] - img[..., 1] > 60) & (img[..., 0] - img[..., 2] > 60)).sum())  # reddish, anti-aliased text too
+
+    tag = "K12@0.25x0.5 max_frames=48,tie_break=spread"
+    one = red([{"x": 0.02, "y": 0.6, "group": "gridprobe", "tag": tag}, {"x": 0.01, "y": 0.3, "group": "gridprobe", "tag": "low"}])
+    dot = red([{"x": 0.02, "y": 0.6, "group": "gridprobe", "tag": ""}, {"x": 0.01, "y": 0.3, "group": "gridprobe", "tag": "low"}])
+    # a second front point a hair costlier and better: its dot is drawn, its label (over the first) is not
+    two = red([{"x": 0.02, "y": 0.6, "group": "gridprobe", "tag": tag}, {"x": 0.0201, "y": 0.601, "group": "gridprobe", "tag": tag[::-1]},
+               {"x": 0.01, "y": 0.3, "group": "gridprobe", "tag": "low"}])
+    assert one - dot > 100 and two - one < (one - dot) / 2
