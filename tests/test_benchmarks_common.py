@@ -146,3 +146,12 @@ def test_pareto_labels_are_never_drawn_over_one_another(tmp_path):
     two = red([{"x": 0.02, "y": 0.6, "group": "gridprobe", "tag": tag}, {"x": 0.0201, "y": 0.601, "group": "gridprobe", "tag": tag[::-1]},
                {"x": 0.01, "y": 0.3, "group": "gridprobe", "tag": "low"}])
     assert one - dot > 100 and two - one < (one - dot) / 2
+
+
+def test_the_threads_checks_interval_is_the_median_pair_ratios_bootstrap():
+    from benchmarks.latency import median_ci
+
+    assert median_ci([1.0] * 10) == [1.0, 1.0]
+    ratios = [0.8, 0.9, 1.0, 1.1, 1.2, 0.95, 1.05, 1.0, 0.9, 1.1]
+    low, high = median_ci(ratios)
+    assert 0.8 <= low <= 1.0 <= high <= 1.2 and median_ci(ratios) == [low, high]  # seeded: a saved run recomputes exactly
