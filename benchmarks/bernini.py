@@ -2,7 +2,7 @@
 
     python -m benchmarks.bernini [--n 200] [--start 0] [--tasks t2v,v2v,r2v] [--methods bernini,no_plan,oracle_plan]
                                  [--planner builtin] [--renderer builtin] [--out outputs/bench/bernini]
-    python -m benchmarks.bernini --merge DIR [DIR ...] --out DIR
+    python -m benchmarks.bernini --merge DIR [DIR ...] [--versus DIR] --out DIR   # --versus: paired by clip against another run
     python -m benchmarks.bernini --direction-ceiling [--n 200]     # what the t2v captions let any generator get right
 
 Items: the TEST split of ``training.bernini_data`` (worldgen t2v, edit as v2v, ref2v as r2v; levels 1-3 in
@@ -261,6 +261,30 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
     return summary, "\n".join(lines) + "\n"
 
 
+def versus(rows: list[dict], other: list[dict]) -> tuple[dict, list[str]]:
+    """Each (task, method) of a run against the same in ``other`` (another planner or renderer on the same items and
+    seeds), paired by clip: the share of caption objects right per attribute, and v2v's asked change / r2v's subject."""
+    theirs = {r["key"]: r for r in other}
+    summary, table = {}, []
+    for (task, method), rs in sorted(group_rows(rows, lambda r: (r["task"], r["method"])).items()):
+        pairs = [(r, theirs[r["key"]]) for r in rs if r["key"] in theirs]
+        goal = "asked" if task == "v2v" else "subject" if task == "r2v" else None
+        for attr in (*ATTRIBUTES, goal):
+            if attr is None:
+                continue
+            if attr in ATTRIBUTES:
+                mine, base = [_share_right(a, attr) for a, _ in pairs], [_share_right(b, attr) for _, b in pairs]
+            else:
+                kept = [(a, b) for a, b in pairs if a.get(attr) is not None and b.get(attr) is not None]
+                mine, base = [float(a[attr]) for a, _ in kept], [float(b[attr]) for _, b in kept]
+            if mine:
+                d = paired_bootstrap(mine, base)
+                summary[f"{task}/{method}/{attr}"] = d
+                table.append([task, method, attr, len(mine), paired_cell(d)])
+    lines = ["", "## Against the run given by --versus, paired by clip (share of caption objects right, percentage points)", ""]
+    return summary, lines + markdown_table(["task", "method", "attribute", "clips", "this run - that run"], table)
+
+
 def direction_ceiling(split: str, seed: int, items: range) -> dict:
     """The t2v direction share a generator that reads only the caption can expect, on ``items``.
 
@@ -306,6 +330,8 @@ def main(argv=None) -> int:
     ap.add_argument("--plan-candidates", type=int, default=4, help="plans sampled per clip by the plan_rerank method (default 4)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/bernini"))
+    ap.add_argument("--versus", type=Path, help="another run's folder on the same items and seeds (e.g. another planner): "
+                    "every attribute paired by clip against it")
     ap.add_argument("--direction-ceiling", action="store_true",
                     help="print the t2v direction share the items' captions allow a caption-only generator (no clips drawn), then stop")
     args = ap.parse_args(argv)
@@ -329,6 +355,15 @@ def main(argv=None) -> int:
     except ArgumentsDiffer as e:  # a resumed --out or merged folders made with other settings
         ap.error(str(e))
     summary, md = summarise(rows)
+    if args.versus:
+        from benchmarks.common import read_rows
+
+        other = read_rows(args.versus, item_key="key")
+        if not other:
+            ap.error(f"--versus {args.versus}: no rows.jsonl there; give a finished run's folder")
+        paired, extra = versus(rows, other)
+        summary["versus"] = {"folder": str(args.versus), **paired}
+        md += "\n".join(extra) + "\n"
     write_results(args.out, {"command": command_line("benchmarks.bernini", argv)}, summary, rows, md)
     print(md)
     return 0

@@ -114,6 +114,12 @@ def test_benchmark_merges_shards_of_other_tasks_and_refuses_other_settings(tmp_p
     assert bench(["--merge", str(a), str(b), "--out", str(tmp_path / "m")]) == 0  # rows are keyed by task: other --tasks merge
     res = json.loads((tmp_path / "m" / "results.json").read_text())
     assert sorted(r["key"] for r in res["rows"]) == ["v2v:0:copy_source", "v2v:1:copy_source"]
+    # --versus: every attribute paired by clip against another run on the same items (here the run itself: no change)
+    assert bench(["--merge", str(a), "--versus", str(a), "--out", str(tmp_path / "v")]) == 0
+    vs = json.loads((tmp_path / "v" / "results.json").read_text())["summary"]["versus"]
+    assert vs["v2v/copy_source/color"]["n"] == 1 and vs["v2v/copy_source/color"]["diff"] == 0.0 and "v2v/copy_source/asked" in vs
+    with pytest.raises(SystemExit):
+        bench(["--merge", str(a), "--versus", str(tmp_path / "nothing"), "--out", str(tmp_path / "v2")])
     header = json.loads((b / "run.json").read_text())
     (b / "run.json").write_text(json.dumps({**header, "planner": "elsewhere"}))
     with pytest.raises(SystemExit):  # another planner's rows: a clear error, no traceback
