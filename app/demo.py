@@ -8,6 +8,8 @@ previews.
 
 from __future__ import annotations
 
+import json
+
 import logging
 import shlex
 from pathlib import Path
@@ -85,8 +87,8 @@ _ABOUT = {
     "ask": "Row and column probes of a 12x12 pool at half resolution give the importance map (chosen cells outlined); the "
            "chosen frames go to the focused pass.",
     "segment": "Candidates proposed and tracked, the builtin planner chooses one (checked by showing it alone and removing it), "
-               "the classic tracker follows it under the event monitor. The builtin planner chooses right about 40% of the time "
-               "on held-out clips (docs/BENCHMARKS.md).",
+               "the classic tracker follows it under the event monitor. The builtin planner's forward choice is right on "
+               "{planner_choice} of held-out clips (its card, weights/builtin/instances/card.md).",
     "generate": "The planner writes the clip as builtin-ViT tokens on 4 plan frames (plan.png: the tokens' principal components "
                 "as colours, above the frames they describe), the renderer decodes them into 16 frames of 64x64. How often the "
                 "judge reads the prompt in the result: docs/BENCHMARKS.md.",
@@ -102,6 +104,16 @@ _ABOUT = {
               "after <end>. slots.png: where each slot looks, and the region they found (the truth picture marks the evidence in magenta). Accuracy over 1,200 held-out "
               "questions: docs/BENCHMARKS.md.",
 }
+
+
+def about(verb: str) -> str:
+    """A method's paragraph, its numbers read from where they are measured (a builtin model's eval.json)."""
+    if verb == "segment":
+        from planners.loading import INSTANCES_DIR
+
+        test = json.loads((INSTANCES_DIR / "eval.json").read_text())["test"]["tracker"]
+        return _ABOUT[verb].format(planner_choice=f"{test['acc']:.0%}")
+    return _ABOUT[verb]
 
 
 def _media(verb: str, it, s: dict) -> tuple[list[str], list[str]]:
@@ -157,7 +169,7 @@ def showcase_section(verb: str, out: Path) -> tuple[Section, object]:
     section = Section(
         _TITLES[verb],
         f"Showcase item (the rule in app/showcase.py: the first held-out TEST item, not chosen by its output): "
-        f"{it.about}. {_question(verb, it)} {_ABOUT[verb]}",
+        f"{it.about}. {_question(verb, it)} {about(verb)}",
         images=images, videos=videos, data={"summary": {k: v for k, v in s.items() if k not in ("files", "config")}},
         command=_command(verb, it), truth=it.truth, truth_images=it.truth_images, verdict=verdict.words() + note,
         right=verdict.right,

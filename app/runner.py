@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.world_check import check_inputs, only_builtin, uses_builtin
+from app.world_check import THRESHOLD, check_inputs, only_builtin, uses_builtin
 from core.errors import AtelierError
 from core.paths import check_output_dir
 from pipelines.registry import PipelineApp
@@ -88,6 +88,10 @@ def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | Non
         out.config["threads"] = threads  # recorded with the settings (config.json): speed depends on it
     empty = app.nothing(out) if app.nothing else None
     if empty:
+        if world and world.get("unlike_builtin_world"):  # advice for the builtin world (another seed, ...) would mislead here
+            empty = (f"{empty.split('; try')[0]}. The input does not look like the builtin models' synthetic world (colour coverage "
+                     f"{world['colour_coverage']}, below {THRESHOLD}): they know only flat coloured shapes and stick figures, so "
+                     "another seed will not help; load a real checkpoint for real inputs (`atelier info` lists them)")
         raise EmptyResultError(f"{app.verb} produced nothing: {empty}")
     summary = app.summarize(out)
     summary["threads"] = threads

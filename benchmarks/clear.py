@@ -4,8 +4,10 @@
     python -m benchmarks.clear --merge DIR [DIR ...] --out DIR
 
 Clips: worldgen ``vrs`` items of the **test** split (seeds ``split_seed("test", 500, i)``), levels
-cycled 1, 2, 3, every query kind as drawn. Methods, all on the same clips with the same tracker and
-proposer:
+cycled 1, 2, 3, every query kind as drawn. Each clip is run twice per method: **through the file** a user
+would have (H.264 at CRF 18, run as ``atelier segment`` runs it and scored from the masks it writes:
+``benchmarks.user_path``), the headline; and on the raw rendered frames in memory, the reference. Methods,
+all on the same clips with the same tracker and proposer:
 
 - ``clear``: the pipeline as shipped (candidate tracks, selection with counterfactual checks, the
   event monitor with slow re-anchoring);
@@ -28,7 +30,6 @@ finish (``benchmarks.common``), so a run resumes and shards merge.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import sys
 import time
@@ -172,52 +173,72 @@ def j_and_f(pred: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
     return j, f
 
 
-def build(args, method: str, truth: np.ndarray, planner, tracker, proposer):
+SETTINGS = {  # each method's settings, as `atelier segment` takes them (overlay off: it does not change the masks)
+    "clear": {"overlay": False},
+    "prompt_then_track": {"monitor": True, "repair": False, "overlay": False, "selection_frames": 1},
+    "no_checks": {"overlay": False},
+    "no_monitor": {"monitor": False, "overlay": False},
+    "oracle": {"overlay": False},
+    "oracle_watch": {"monitor": True, "repair": False, "overlay": False},  # the tracker's own masks, with the monitor's flags
+}
+INPUTS = ("file", "frames")  # the headline (the user's path, benchmarks.user_path) and the reference (raw frames in memory)
+
+
+def chosen_planner(method: str, truth: np.ndarray, planner):
+    return {"oracle": OracleSelector(truth), "oracle_watch": OracleSelector(truth), "no_checks": WithoutChecks(planner)}.get(method, planner)
+
+
+def segment(method: str, where: str, truth: np.ndarray, frames: np.ndarray, video: str, query: str, planner, tracker, proposer, user):
+    """``(output, predicted masks (T, H, W) bool, seconds)`` of one method on one input: through the file as
+    `atelier segment` runs it, scored from the masks it wrote, or on the raw frames in memory."""
     from pipelines.clear import ClearConfig, ClearPipeline
 
-    watch_only = ClearConfig(monitor=True, repair=False, overlay=False)  # the tracker's own masks, with the monitor's flags
-    config = {"prompt_then_track": dataclasses.replace(watch_only, selection_frames=1), "oracle_watch": watch_only,
-              "no_monitor": ClearConfig(monitor=False, overlay=False)}.get(method, ClearConfig(overlay=False))
-    chosen = {"oracle": OracleSelector(truth), "oracle_watch": OracleSelector(truth), "no_checks": WithoutChecks(planner)}.get(method, planner)
-    pipe = ClearPipeline(config, planner=chosen, tracker=tracker, proposer=proposer)
+    chosen = chosen_planner(method, truth, planner)
+    t0 = time.perf_counter()
+    if where == "file":
+        run = user.run("segment", {"video": video, "query": query}, planner=chosen, tracker=tracker, proposer=proposer, **SETTINGS[method])
+        return run.output, run.masks() > 0, time.perf_counter() - t0
+    pipe = ClearPipeline(ClearConfig(**SETTINGS[method]), planner=chosen, tracker=tracker, proposer=proposer)
     pipe.set_progress_bar_config(disable=True)
-    return pipe
+    out = pipe(frames, query)
+    return out, out.masks > 0, time.perf_counter() - t0
 
 
 def run(args) -> list[dict]:
+    from benchmarks.user_path import UserPath
     from planners.loading import load_selector
     from trackers import load_tracker
     from trackers.proposals import load_proposer
 
     planner, tracker, proposer = load_selector(args.planner), load_tracker(args.tracker), load_proposer(args.proposer)
     header = {"planner": args.planner, "tracker": args.tracker, "proposer": args.proposer, "methods": list(METHODS), "seed": SEED_BASE,
-              "split": args.split}
+              "split": args.split, "inputs": list(INPUTS)}
     log = RowLog(args.out, header)
     items = list(range(args.start, args.start + args.n))
     for i in log.todo(items):
         rec, frames, ids = clip(i, args.split)
         truth = ids == rec["target_id"]
         rows = []
-        for method in METHODS:
-            pipe = build(args, method, truth, planner, tracker, proposer)
-            t0 = time.perf_counter()
-            out = pipe(frames, rec["query"])
-            dt = time.perf_counter() - t0
-            pred = out.masks > 0
-            j, f = j_and_f(pred, truth)
-            owner = owners(pred, ids)
-            found, recovery = switches(owner, rec["target_id"], out.track_frame)
-            found_matched, _ = switches(matched(pred, ids), rec["target_id"], out.track_frame)
-            wrong = next((o for o in owner if o is not None), rec["target_id"]) != rec["target_id"] if not out.no_match else False
-            rows.append({"item": i, "seed": rec["seed"], "level": rec["level"], "kind": rec["query_struct"]["kind"],
-                         "hard": rec["hard"], "method": method, "J": j, "F": f, "JF": (j + f) / 2, "switches": len(found),
-                         "switch_frames": found, "track_frame": out.track_frame, "caught": caught(found, out.events, out.track_frame),
-                         "switch_frames_matched": found_matched, "caught_matched": caught(found_matched, out.events, out.track_frame),
-                         "flag_frames": len({e["frame"] for e in out.events if e["action"] in ("re-anchor", "flag")}), "wrong_start": bool(wrong), "recovery": recovery, "planner_calls": out.planner_calls, "slow_frames": sum(m == "slow" for m in out.modes),
-                         "frames": len(frames), "fps": len(frames) / dt, "no_match": out.no_match, "ambiguous": out.ambiguous})
+        with UserPath() as user:
+            video = user.clip(frames, fps=rec["world"]["fps"], name=f"clip_{i:05d}")
+            for method, where in ((m, w) for m in METHODS for w in INPUTS):
+                out, pred, dt = segment(method, where, truth, frames, video, rec["query"], planner, tracker, proposer, user)
+                j, f = j_and_f(pred, truth)
+                owner = owners(pred, ids)
+                found, recovery = switches(owner, rec["target_id"], out.track_frame)
+                found_matched, _ = switches(matched(pred, ids), rec["target_id"], out.track_frame)
+                wrong = next((o for o in owner if o is not None), rec["target_id"]) != rec["target_id"] if not out.no_match else False
+                rows.append({"item": i, "seed": rec["seed"], "level": rec["level"], "kind": rec["query_struct"]["kind"], "input": where,
+                             "hard": rec["hard"], "method": method, "J": j, "F": f, "JF": (j + f) / 2, "switches": len(found),
+                             "switch_frames": found, "track_frame": out.track_frame, "caught": caught(found, out.events, out.track_frame),
+                             "switch_frames_matched": found_matched, "caught_matched": caught(found_matched, out.events, out.track_frame),
+                             "flag_frames": len({e["frame"] for e in out.events if e["action"] in ("re-anchor", "flag")}), "wrong_start": bool(wrong),
+                             "recovery": recovery, "planner_calls": out.planner_calls, "slow_frames": sum(m == "slow" for m in out.modes),
+                             "frames": len(frames), "fps": len(frames) / dt, "no_match": out.no_match, "ambiguous": out.ambiguous})
         log.append(rows)
-        clear = next(r for r in rows if r["method"] == "clear")
-        logger.info("clip %d (%s, level %d) J&F %s", i, clear["kind"], clear["level"], " ".join(f"{r['method']}={r['JF']:.2f}" for r in rows))
+        by = {(r["method"], r["input"]): r["JF"] for r in rows}
+        logger.info("clip %d (%s, level %d) J&F file/frames %s", i, rec["query_struct"]["kind"], rec["level"],
+                    " ".join(f"{m}={by[m, 'file']:.2f}/{by[m, 'frames']:.2f}" for m in METHODS))
     return log.select(items)
 
 
@@ -233,7 +254,31 @@ def _rate(w: dict | None) -> str:
 
 
 def summarise(rows: list[dict]) -> tuple[dict, str]:
+    """The headline through files, the raw frames as the reference, and each method's paired difference between them."""
+    summary, md = {}, []
+    for where, title in (("file", "Through files, as `atelier segment` runs them (the headline)"),
+                         ("frames", "On the raw rendered frames (reference)")):
+        part = [r for r in rows if r.get("input", "frames") == where]
+        if part:
+            summary[where], text = summarise_input(part)
+            md.append(f"## {title}\n\n{text}")
+    by = group_rows(rows, lambda r: (r["method"], r.get("input", "frames")))
+    pairs = {}
+    for method in METHODS:
+        frames = {r["item"]: r["JF"] for r in by.get((method, "frames"), [])}
+        files = [(r["JF"], frames[r["item"]]) for r in by.get((method, "file"), []) if r["item"] in frames]
+        if files:
+            pairs[method] = paired_bootstrap([a for a, _ in files], [b for _, b in files])
+    if pairs:
+        summary["file_vs_frames"] = pairs
+        md.append("## Files against raw frames (pp J&F, paired bootstrap 95%)\n\n" + "\n".join(markdown_table(
+            ["method", "files - frames"], [[m, f"{100 * p['diff']:+.1f} [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}]"] for m, p in pairs.items()])))
+    return summary, f"# CLEAR on worldgen vrs\n\nClips: {len({r['item'] for r in rows})}.\n\n" + "\n".join(md)
+
+
+def summarise_input(rows: list[dict]) -> tuple[dict, str]:
     by = group_rows(rows, lambda r: r["method"])
+
     summary = {}
     for method, rs in by.items():
         summary[method] = {"n": len(rs), "JF": float(np.mean([r["JF"] for r in rs])), "J": float(np.mean([r["J"] for r in rs])),
@@ -260,8 +305,7 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
                 "flags_per_50_frames": 50 * sum(r.get("flag_frames", 0) for r in rs) / max(1, sum(r["frames"] for r in rs)),
                 "chance": (sum(chance_caught(r[f"switch_frames{suffix}"], r["flag_frames"], r["frames"], r["track_frame"]) for r in rs) / total
                            if total and all("flag_frames" in r for r in rs) else None)}
-    lines = ["# CLEAR on worldgen vrs (test split)", "", f"Clips: {len({r['item'] for r in rows})}.", ""]
-    lines += markdown_table(["method", "J&F", "J", "F", "vs prompt-then-track (pp J&F)", "switches / clip", "recovery", "wrong start", "planner calls", "slow / 50 frames", "frames/s"],
+    lines = markdown_table(["method", "J&F", "J", "F", "vs prompt-then-track (pp J&F)", "switches / clip", "recovery", "wrong start", "planner calls", "slow / 50 frames", "frames/s"],
                             [[m, f"{s['JF']:.3f}", f"{s['J']:.3f}", f"{s['F']:.3f}",
                               (f"{100 * s['vs_prompt_then_track']['diff']:+.1f} [{100 * s['vs_prompt_then_track']['low']:+.1f}, {100 * s['vs_prompt_then_track']['high']:+.1f}]"
                                if "vs_prompt_then_track" in s else "-"),
@@ -276,10 +320,10 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
                              if (c := summary.get(f"caught_{m}{suffix}"))])
     lines += [""]
     kinds = sorted({r["kind"] for r in rows})
-    lines += ["## J&F by query kind", ""] + markdown_table(["method", *kinds], [[m, *[f"{np.mean([r['JF'] for r in rs if r['kind'] == k]):.2f}" for k in kinds]] for m, rs in by.items()])
+    lines += ["### J&F by query kind", ""] + markdown_table(["method", *kinds], [[m, *[f"{np.mean([r['JF'] for r in rs if r['kind'] == k]):.2f}" for k in kinds]] for m, rs in by.items()])
     tags = sorted({t for r in rows for t in r["hard"]})
     count = {t: len({r["item"] for r in rows if t in r["hard"]}) for t in tags}
-    lines += ["", "## J&F by hard-distractor kind (a clip counts under every kind it has; clips in brackets)", ""]
+    lines += ["", "### J&F by hard-distractor kind (a clip counts under every kind it has; clips in brackets)", ""]
     lines += markdown_table(["method", *[f"{t} ({count[t]})" for t in tags]],
                             [[m, *[f"{np.mean([r['JF'] for r in rs if t in r['hard']]):.2f}" for t in tags]] for m, rs in by.items()])
     return summary, "\n".join(lines) + "\n"
@@ -295,7 +339,8 @@ def main(argv=None) -> int:
     add_shard_arguments(ap, 200, noun="clips", compare="methods")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    rows = merge_rows(args.merge, agree=("planner", "tracker", "proposer"), row_key=lambda r: (r["item"], r["method"])) if args.merge else run(args)
+    rows = (merge_rows(args.merge, agree=("planner", "tracker", "proposer", "inputs"), row_key=lambda r: (r["item"], r["method"], r.get("input")))
+            if args.merge else run(args))
     summary, md = summarise(rows)
     write_results(args.out, {"command": command_line("benchmarks.clear", argv)}, summary, rows, md)
     print(md)

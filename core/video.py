@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import logging
 import re
+from contextlib import contextmanager
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from core.atomic import atomic_path
+from core.chroma import check_mode, restore_chroma, subsampled
 from core.errors import (
     EmptyVideoError,
     FrameIndexError,
@@ -70,6 +72,11 @@ class Video:
         height, width: decode to this size. Give one to keep the aspect ratio.
         backend: ``"auto"``, ``"pyav"`` or ``"decord"`` for files; ignored for frames and arrays.
         fps: frame rate for folders, images and arrays (files carry their own), default 30.
+        chroma: how a file's subsampled colour (yuv420p video, 4:2:0 JPEG) is brought to full size:
+            ``"plain"`` as the decoder does (bilinear), ``"guided"`` along the luma's edges
+            (``core.chroma``: a small object keeps its colour instead of sharing it with its
+            neighbours), ``"auto"`` (the default) decodes plain and lets a pipeline ask for guided
+            (``with_chroma``). Arrays and 4:4:4 files are never changed.
 
     Example:
         >>> v = Video("clip.mp4", height=224)
@@ -87,7 +94,10 @@ class Video:
         width: int | None = None,
         backend: str = "auto",
         fps: float | None = None,
+        chroma: str = "auto",
     ):
+        self.chroma = check_mode(chroma)
+        self._args = {"source": source, "height": height, "width": width, "backend": backend, "fps": fps}
         for name, val in (("height", height), ("width", width)):
             if val is not None and (not isinstance(val, (int, np.integer)) or not 0 < val <= MAX_SIDE):
                 raise InputError(name, val, f"use a positive integer of at most {MAX_SIDE}, or None to keep the size")
@@ -102,6 +112,9 @@ class Video:
             raise EmptyVideoError(self._reader.source, "the video has no frames", "re-encode or re-export it")
         src_h, src_w = self._reader.src_size
         self._out_size = _target_size(src_h, src_w, height, width)
+        # guided only where the output keeps more detail than the stored colour: above half the source's size
+        self._guided = (chroma == "guided" and self._reader.subsampled and 2 * self._out_size[0] > src_h
+                        and 2 * self._out_size[1] > src_w)
         self.info = VideoInfo(
             source=self._reader.source,
             backend=self._reader.name,
@@ -133,6 +146,11 @@ class Video:
         i = self.info
         return f"Video({i.source!r}, frames={i.num_frames}, fps={i.fps:.3f}, size={i.height}x{i.width}, backend={i.backend})"
 
+    def reopen(self, **changes) -> Video:
+        """The same source opened again, at this size and with this chroma unless ``changes`` say otherwise
+        (any of ``Video``'s keyword arguments)."""
+        return Video(**{**self._args, "height": self.size[0], "width": self.size[1], "chroma": self.chroma, **changes})
+
     # ---- random access
     def __getitem__(self, key: int | slice) -> np.ndarray:
         if isinstance(key, slice):
@@ -148,6 +166,8 @@ class Video:
         check_allocation("frames", f"{len(idx)} frames of {w}x{h}", len(idx) * h * w * 3, "ask for fewer frames or a smaller size")
         wanted = sorted(set(idx))
         frames = self._reader.read(wanted, self._out_size)
+        if self._guided:
+            frames = restore_chroma(frames)
         if wanted == idx:  # the common case (sorted, no repeats): no extra copy
             return frames
         return frames[np.searchsorted(wanted, idx)]
@@ -186,7 +206,8 @@ class Video:
 
     def __iter__(self) -> Iterator[np.ndarray]:
         """Every frame in order, one ``(H, W, 3)`` array at a time."""
-        return self._reader.iter_frames(0, len(self), self._out_size)
+        frames = self._reader.iter_frames(0, len(self), self._out_size)
+        return (restore_chroma(f) for f in frames) if self._guided else frames
 
     # ---- lifecycle
     def close(self) -> None:
@@ -206,6 +227,26 @@ class Video:
         if not 0 <= j < n:
             raise FrameIndexError(self.info.source, int(i), n)
         return j
+
+
+def with_chroma(video: Video, chroma: str) -> Video:
+    """``video`` decoding its colour as ``chroma`` asks: the same object when it already does, or when the
+    user chose its mode (anything but ``"auto"``); else the same source opened again at the same size."""
+    check_mode(chroma)
+    if video.chroma != "auto" or chroma == "auto":
+        return video
+    return video.reopen(chroma=chroma)
+
+
+@contextmanager
+def reading(source: str | Path | np.ndarray | Video, **kwargs) -> Iterator[Video]:
+    """``with reading(x) as v``: a ``Video`` of a path or array (``kwargs`` to ``Video``), closed afterwards, or the
+    caller's own ``Video`` as it is, left open for the caller."""
+    if isinstance(source, Video):
+        yield source
+        return
+    with Video(source, **kwargs) as video:
+        yield video
 
 
 def open_video(source: str | Path | np.ndarray | Video, **kwargs) -> Video:
@@ -279,6 +320,7 @@ class _Reader:
     fps: float
     src_size: tuple[int, int]
     codec: str | None = None
+    subsampled: bool = False  # colour stored below the luma's resolution (core.chroma)
 
     def read(self, indices: Sequence[int], size: tuple[int, int]) -> np.ndarray:
         """Frames at sorted, unique, in-range ``indices``, resized to ``size``, as ``(N, H, W, 3)``."""
@@ -319,6 +361,7 @@ class _ImageFilesReader(_Reader):
         self.source, self.files, self.fps, self.num_frames = str(source), files, fps, len(files)
         self._check_decode_memory(files[0])
         self.src_size = self._load(0).shape[:2]
+        self.subsampled = _jpeg_subsampled(files[0])
 
     @staticmethod
     def _check_decode_memory(path: Path) -> None:
@@ -356,6 +399,30 @@ class _ImageFilesReader(_Reader):
         return np.stack(out)
 
 
+def _jpeg_subsampled(path: Path) -> bool:
+    """Whether a frame image is a JPEG with subsampled colour (4:2:0 or 4:2:2, PIL's sampling 2 or 1)."""
+    from PIL import JpegImagePlugin, UnidentifiedImageError
+
+    from core.images import open_image
+
+    try:
+        with open_image(path) as im:
+            return im.format == "JPEG" and JpegImagePlugin.get_sampling(im) in (1, 2)
+    except (UnidentifiedImageError, OSError):
+        return False
+
+
+def _stream_subsampled(path: Path) -> bool:
+    """Whether a file's first video stream subsamples colour, read from its header by PyAV (decord does not say)."""
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            return bool(container.streams.video) and subsampled(container.streams.video[0].codec_context.pix_fmt)
+    except (av.FFmpegError, UnicodeDecodeError):
+        return False
+
+
 class _PyAVReader(_Reader):
     """PyAV with a packet index (built by demuxing, no decoding) for exact counts and keyframe seeks."""
 
@@ -376,6 +443,7 @@ class _PyAVReader(_Reader):
         self.stream = self.container.streams.video[0]
         self.stream.thread_type = "AUTO"
         self.codec = self.stream.codec_context.name
+        self.subsampled = subsampled(self.stream.codec_context.pix_fmt)
         pts = []
         keys = []
         try:
@@ -471,6 +539,7 @@ class _DecordReader(_Reader):
         vr.seek(0)
         self.src_size = (h, w)
         self._vr_cache[self.src_size] = vr
+        self.subsampled = _stream_subsampled(path)
 
     def _reader_for(self, size):
         if size not in self._vr_cache:

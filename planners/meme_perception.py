@@ -147,5 +147,27 @@ def to_name_slots(text: str, names: list[str]) -> str:
 
 
 def fill_name_slots(text: str, names: list[str]) -> str:
-    """``text`` with each slot ``<ok>`` replaced by the k-th listed name; a slot past the list stays as written."""
-    return _SLOT.sub(lambda m: names[int(m.group(1)) - 1] if 0 < int(m.group(1)) <= len(names) else m.group(0), text)
+    """``text`` with each slot ``<ok>`` replaced by the k-th listed name, its article agreeing with the name ("a <o1>"
+    -> "an orange star"); a slot past the list stays as written (``has_markup`` then rejects the caption)."""
+
+    def name(k: str) -> str | None:
+        return names[int(k) - 1] if 0 < int(k) <= len(names) else None
+
+    def article(m: re.Match) -> str:
+        filled = name(m.group(3))
+        if filled is None:
+            return m.group(0)
+        a = "an" if filled[:1].lower() in "aeiou" else "a"
+        return f"{a.capitalize() if m.group(1)[0].isupper() else a} {m.group(2)}"
+
+    text = re.sub(r"\b(an?|An?) (<o(\d)>)", article, text)
+    return _SLOT.sub(lambda m: name(m.group(1)) or m.group(0), text)
+
+
+_MARKUP = re.compile(r"<\s*o(?:\d|[A-Za-z])|<\s*/?\s*topic\b")
+
+
+def has_markup(text: str) -> bool:
+    """Whether a caption still holds the builtin writer's slot markup (``<o3>`` with no third object, or a slot it
+    began and left unfinished, ``<oWrite``): a caption drawn on a meme never shows one."""
+    return bool(_MARKUP.search(text))

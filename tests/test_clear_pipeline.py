@@ -120,15 +120,16 @@ def test_web_tab_segments_with_the_default_components(tmp_path):
 def test_benchmark_script_runs_every_method_on_one_clip(tmp_path):
     import json
 
-    from benchmarks.clear import METHODS, main
+    from benchmarks.clear import INPUTS, METHODS, main
 
     assert main(["--n", "1", "--out", str(tmp_path / "b")]) == 0
     data = json.loads((tmp_path / "b" / "results.json").read_text())
-    assert {r["method"] for r in data["rows"]} == set(METHODS)
+    assert {(r["method"], r["input"]) for r in data["rows"]} == {(m, i) for m in METHODS for i in INPUTS}
     md = (tmp_path / "b" / "results.md").read_text()
     assert "vs prompt-then-track" in md and "hard-distractor" in md
-    assert main(["--merge", str(tmp_path / "b"), "--out", str(tmp_path / "m")]) == 0  # shards merge by (clip, method)
-    assert len(json.loads((tmp_path / "m" / "results.json").read_text())["rows"]) == len(METHODS)
+    assert md.index("Through files") < md.index("raw rendered frames (reference)") and "files - frames" in md  # the file row heads
+    assert main(["--merge", str(tmp_path / "b"), "--out", str(tmp_path / "m")]) == 0  # shards merge by (clip, method, input)
+    assert len(json.loads((tmp_path / "m" / "results.json").read_text())["rows"]) == len(METHODS) * len(INPUTS)
 
 
 def vanishing_square_clip(t_len: int = 24, gone_at: int = 12):

@@ -341,10 +341,36 @@ def test_inputs_are_checked_with_the_argument_named():
         GridProbeConfig(grid=2, min_frames=5)
 
 
-def test_a_short_video_is_sampled_with_repeats_and_a_warning(caplog):
+def test_a_short_video_is_sampled_with_repeats_and_a_warning_as_the_reference_when_asked(caplog):
     with caplog.at_level(logging.WARNING):
-        out = make_pipe(holistic_rule(0), grid=4)(id_frames(6), "q?", OPTIONS)
+        out = make_pipe(holistic_rule(0), grid=4, short_clips="repeat")(id_frames(6), "q?", OPTIONS)
     assert "fewer than the K²=16" in caplog.text and len(out.pool) == 16 and set(out.pool) == set(range(6))
+
+
+@pytest.mark.parametrize("n, K", [(100, 10), (143, 11), (144, 12), (500, 12)])
+def test_a_clip_shorter_than_the_pool_gets_the_largest_grid_without_repeats(n, K):
+    pipe = make_pipe(needle_rule({n // 2}, 2), grid=12, probe_height_scale=None)
+    out = pipe(id_frames(n, (32, 48)), "q?", OPTIONS)
+    assert len(out.pool) == K * K == len(set(out.pool)) and len(out.row_conf) == K and out.note is None
+    assert out.tflops["total"] <= out.tflops["full_frame"]
+
+
+def test_a_100_frame_clip_never_costs_more_than_the_full_frame_pass():
+    """The issue's case: 100 frames under the default K = 12 cost 1.23x the full-frame pass with a repeating pool."""
+    from pipelines.gridprobe.config import GridProbeConfig as Defaults
+
+    pipe = GridProbePipeline(Defaults(), selector=FakeVLM(needle_rule({50}, 2)))
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(id_frames(100, (64, 64)), "q?", OPTIONS)
+    assert out.tflops["total"] <= out.tflops["full_frame"] and len(set(out.pool)) == len(out.pool) == 100
+
+
+def test_a_clip_too_short_to_probe_cheaply_is_answered_full_frame_and_says_so():
+    pipe = make_pipe(needle_rule({3}, 2), grid=12)
+    out = pipe(id_frames(9, (32, 48)), "q?", OPTIONS)  # K = 3: six probes and up to 9 focused frames cost more than 9 frames
+    assert out.note and "full-frame" in out.note and "note:" in str(out)
+    assert out.frames == list(range(9)) and out.tflops["probe"] == 0 and out.tflops["total"] == pytest.approx(out.tflops["full_frame"])
+    assert out.answer == "C" and len(pipe.selector.calls) == 1  # one pass, on every frame
 
 
 def test_progress_bar_config_is_honoured(capsys):

@@ -252,3 +252,57 @@ def test_same_frames_give_the_same_bytes_whatever_was_encoded_before(tmp_path):
         subprocess.run([sys.executable, "-c", _ENCODE_AFTER_ANOTHER, str(out), str(seed)], check=True, cwd=root, capture_output=True)
         outs.append(out.read_bytes())
     assert all(o == outs[0] for o in outs[1:])
+
+
+# ---- chroma: a file's half-resolution colour upsampled along the luma (core.chroma)
+
+
+def _small_objects(t: int = 6) -> np.ndarray:
+    """Small saturated shapes on a dark background: what yuv420p smears most."""
+    frames = np.full((t, 64, 64, 3), 40, np.uint8)
+    for i in range(t):
+        frames[i, 10:16, 10 + i:16 + i] = (230, 30, 30)
+        frames[i, 30:35, 40:45] = (30, 60, 230)
+    return frames
+
+
+def test_guided_chroma_brings_a_files_colours_closer_to_the_frames_it_was_made_from(tmp_path):
+    from worldgen.tasks import vrs
+
+    world = vrs.generate(7, vrs.Config(level=3)).worlds["video"]  # small shapes of many colours, at any position
+    frames = np.stack([world.render(t).rgb for t in range(12)])
+    path = write_video(tmp_path / "world.mp4", frames, fps=12)
+
+    def psnr(chroma):
+        with Video(path, chroma=chroma) as v:
+            return 10 * np.log10(255 ** 2 / np.mean((v.get_frames(range(len(v))).astype(float) - frames) ** 2))
+
+    plain, guided = psnr("plain"), psnr("guided")
+    assert psnr("auto") == plain  # auto decodes as the decoder does; a pipeline may ask for guided
+    assert guided > plain + 2.0, (plain, guided)
+    with Video(path, chroma="guided") as v:  # streaming gives the same frames as random access
+        assert np.array_equal(np.stack(list(v)), v.get_frames(range(len(v))))
+
+
+def test_guided_chroma_leaves_full_colour_inputs_alone(tmp_path):
+    from PIL import Image
+
+    frames = _small_objects(2)
+    assert np.array_equal(Video(frames, chroma="guided").get_frames([0, 1]), frames)  # arrays: never decoded from a codec
+    Image.fromarray(frames[0]).save(tmp_path / "still.png")
+    assert np.array_equal(Video(tmp_path / "still.png", chroma="guided")[0], frames[0])  # PNG keeps full colour
+    Image.fromarray(frames[0]).save(tmp_path / "still.jpg", quality=95)  # PIL's default: 4:2:0
+    with Video(tmp_path / "still.jpg", chroma="plain") as p, Video(tmp_path / "still.jpg", chroma="guided") as g:
+        assert not np.array_equal(p[0], g[0])
+
+
+def test_with_chroma_reopens_only_a_video_left_to_the_pipeline(tmp_path):
+    from core.video import with_chroma
+
+    path = write_video(tmp_path / "a.mp4", _small_objects(), fps=12)
+    auto, plain = Video(path, height=32), Video(path, chroma="plain")
+    guided = with_chroma(auto, "guided")
+    assert guided is not auto and guided.chroma == "guided" and guided.size == (32, 32)
+    assert with_chroma(plain, "guided") is plain  # the user's own choice stands
+    with pytest.raises(InputError, match="chroma"):
+        Video(path, chroma="sharp")

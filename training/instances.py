@@ -58,6 +58,10 @@ class InstanceRecipe:
     p_tracker: float = 0.7  # share of drawn sets that are the tracker's
     match_iou: float = 0.5  # a tracker candidate "is" the target from this IoU over the selection frames
     selection_frames: int = 16  # ClearConfig's default: the frames the planner sees
+    # the user's path: this share of TRAIN clips goes through an H.264 yuv420p file at a CRF drawn from crf (inclusive)
+    # and is read back as `atelier segment` reads it; VAL and TEST clips all do, at the CRF `atelier worldgen` writes (18)
+    through_file: float = 0.75
+    crf: tuple[int, int] = (15, 28)
     batch: int = 32
     val_items: int = 200
     test_items: int = 200
@@ -109,18 +113,30 @@ def _worker_models(selection_frames: int):
     return _WORKER["pipe"], _WORKER["vit"]
 
 
-def tracker_candidates(pipe, rgb: np.ndarray, query: str) -> tuple[list[int], np.ndarray]:
-    """What CLEAR hands its planner for ``rgb``: the selection frames and the candidate tracks on them ``(N, k, H, W)``."""
+def tracker_candidates(pipe, video, query: str) -> tuple[np.ndarray, np.ndarray]:
+    """What CLEAR hands its planner for ``video`` (frames or a file): the selection frames ``(k, H, W, 3)`` as the
+    pipeline reads them and the candidate tracks on them ``(N, k, H, W)``."""
     from pipelines.clear.pipeline import concept_phrase
 
     pipe._phrase = concept_phrase(query)  # as __call__ sets it (a concept proposer reads it)
-    source, _ = pipe.working_source(rgb)
+    source, _ = pipe.working_source(video)
     sub = pipe.selection_indices(len(source))
+    frames = np.asarray(source.get_frames(sub))
     samples = pipe.sample_proposals(source)
     if not any(c for _, c in samples):
-        return sub, np.zeros((0, len(sub), *rgb.shape[1:3]), bool)
+        return frames, np.zeros((0, len(sub), *frames.shape[1:3]), bool)
     _, _, _, tracks, _ = pipe.candidate_tracks(source, samples, None)
-    return sub, tracks[:, sub]
+    return frames, tracks[:, sub]
+
+
+def as_user_file(rgb: np.ndarray, crf: int, fps: float):
+    """``rgb`` written as the H.264 file a user would hand over, in a scratch folder removed with the returned object."""
+    import tempfile
+
+    from core.video import write_video
+
+    scratch = tempfile.TemporaryDirectory(prefix="atelier-instances-")
+    return scratch, str(write_video(Path(scratch.name) / "clip.mp4", rgb, fps=fps, crf=crf))
 
 
 def overlap(tracks: np.ndarray, truth: np.ndarray) -> np.ndarray:
@@ -142,22 +158,39 @@ def _to_tensors(item: dict) -> dict:
     return {k: _to_tensors(v) if isinstance(v, dict) else torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in item.items()}
 
 
+def codec_of(split: str, seed: int, index: int, through_file: float, crf: tuple[int, int]) -> int | None:
+    """The CRF a clip is written at (None: handed over as frames), drawn from the clip's own seed: TRAIN clips
+    go through a file with probability ``through_file`` at a CRF in ``crf``; VAL / TEST always, at 18."""
+    if not through_file:
+        return None
+    if split != "train":
+        return 18
+    rng = np.random.default_rng([seed, 7, index])
+    return int(rng.integers(crf[0], crf[1] + 1)) if rng.random() < through_file else None
+
+
 def make_item(args: tuple) -> dict:
-    split, seed, index, selection_frames, match_iou = args
+    split, seed, index, selection_frames, match_iou, crf = args
     pipe, vit = _worker_models(selection_frames)
     rgb, gt, target, rec = clip_of(split, seed, index)
-    sub, tracks = tracker_candidates(pipe, rgb, rec["query"])
-    frames = rgb[sub]
+    sub = pipe.selection_indices(len(rgb))
+    if crf is None:
+        frames, tracks = tracker_candidates(pipe, rgb, rec["query"])
+    else:
+        scratch, path = as_user_file(rgb, crf, float(rec["world"]["fps"]))
+        with scratch:
+            frames, tracks = tracker_candidates(pipe, path, rec["query"])
     iou = overlap(tracks, gt[target][sub]) if len(tracks) else np.zeros(0)
     label = int(iou.argmax()) if len(iou) and iou.max() >= match_iou else -1  # -1: the target was not proposed
     return {"tracker": _feats(vit, frames, tracks, label), "gt": _feats(vit, frames, gt[:, sub], target),
             "target_iou": float(iou.max()) if len(iou) else 0.0, "query": rec["query"], "kind": rec["query_struct"]["kind"],
-            "hard": ",".join(rec.get("hard", [])), "level": int(rec["level"]), "index": int(index)}
+            "hard": ",".join(rec.get("hard", [])), "level": int(rec["level"]), "index": int(index), "crf": -1 if crf is None else crf}
 
 
 def build_pool(split: str, seed: int, n: int, recipe: InstanceRecipe, workers: int = 1) -> list[dict]:
     """``n`` clips' candidate sets (cached in ``recipe.cache``: built once, ~0.35 s a clip on one core)."""
-    path = Path(recipe.cache) / f"{split}_seed{seed}_n{n}_k{recipe.selection_frames}_iou{recipe.match_iou:g}.pt"
+    files = f"_file{recipe.through_file:g}_crf{recipe.crf[0]}-{recipe.crf[1]}" if recipe.through_file else ""
+    path = Path(recipe.cache) / f"{split}_seed{seed}_n{n}_k{recipe.selection_frames}_iou{recipe.match_iou:g}{files}.pt"
     if path.is_file():
         return torch.load(path, weights_only=True)
     t0 = time.perf_counter()
@@ -168,7 +201,8 @@ def build_pool(split: str, seed: int, n: int, recipe: InstanceRecipe, workers: i
         if part.is_file():
             items += torch.load(part, weights_only=True)
             continue
-        jobs = [(split, seed, i, recipe.selection_frames, recipe.match_iou) for i in range(start, min(n, start + PART))]
+        jobs = [(split, seed, i, recipe.selection_frames, recipe.match_iou, codec_of(split, seed, i, recipe.through_file, recipe.crf))
+                for i in range(start, min(n, start + PART))]
         if workers > 1 and len(jobs) > 1:
             with mp.get_context("fork").Pool(workers) as pool:
                 done = pool.map(make_item, jobs, chunksize=8)
@@ -318,6 +352,7 @@ def _table(rows: dict) -> str:
 
 def card(recipe: InstanceRecipe, ev: dict, minutes: float, sps: float | None, size_mb: float) -> str:
     t, g, sel = ev["test"]["tracker"], ev["test"]["gt"], ev.get("select", {})
+    raw = ev.get("test_raw_frames", ev["test"])["tracker"]
     kinds = "\n".join(f"| {k} | {v['acc']:.3f} | {g['per_kind'].get(k, {}).get('acc', float('nan')):.3f} | {v['n']} |"
                       for k, v in t["per_kind"].items())
     hards = "\n".join(f"| {k} | {v['acc']:.3f} | {g['per_hard'].get(k, {}).get('acc', float('nan')):.3f} | {v['n']} |"
@@ -338,13 +373,17 @@ training-free VLM selector (the hf path: `--planner` with a Qwen-VL checkpoint),
   them), labelled with the one overlapping the target at IoU >= {recipe.match_iou} (else "none"), drawn
   {recipe.p_tracker:.0%} of the time; and the objects' ground-truth tracks. Candidate sets drawn per step
   (full, target removed -> none, target alone, another alone -> none, random subsets).
+- The user's path: {recipe.through_file:.0%} of the TRAIN clips are written as H.264 yuv420p files at a CRF drawn from
+  {recipe.crf[0]}-{recipe.crf[1]} and read back as `atelier segment` reads them (colour upsampled along the luma, `core.chroma`),
+  the rest handed over as frames; VAL and TEST clips are files at CRF 18, as `atelier worldgen` writes them.
 - {ev['steps']} steps, batch {recipe.batch}, AdamW lr {recipe.train.lr}, cosine; {minutes:.1f} min on 2 shared CPU
   cores ({sps} s/step; building the pools included). Weights {size_mb:.1f} MB.
 - `python -m training.instances --out DIR` (`make weights` runs it).
 
-## Measured (TEST: the {t['n']} clips of `benchmarks/clear.py`)
+## Measured (TEST: the {t['n']} clips of `benchmarks/clear.py`, as H.264 files at CRF 18)
 - **Forward choice on the classic tracker's candidates: {t['acc']:.3f}** (the target was among them in
-  {t['proposed']} clips; on those {t['acc_proposed']}); chance (1/K) {t['chance']:.3f}.
+  {t['proposed']} clips; on those {t['acc_proposed']}); chance (1/K) {t['chance']:.3f}. The same clips handed over
+  as raw frames: {raw['acc']:.3f} (target among the candidates in {raw['proposed']}).
 - On ground-truth tracks: {g['acc']:.3f}; "none" with the target removed {g['none_acc_target_removed']:.3f};
   mean P(target) shown alone {g['p_target_alone']:.3f}.
 - `select()`'s rule with the counterfactual checks on the tracker's candidates: {sel.get('acc')}, ambiguous
@@ -370,12 +409,14 @@ def final_eval(out: Path, recipe: InstanceRecipe, model, text, queries: dict, tr
     """``eval.json`` and ``card.md``: VAL and TEST pools (TEST: the CLEAR benchmark's clips)."""
     val = build_pool("val", recipe.seed, recipe.val_items, recipe, recipe.workers)
     test = build_pool("test", TEST_SEED, recipe.test_items, recipe, recipe.workers)
-    new = sorted({it["query"] for it in val + test} - set(queries))
+    raw = build_pool("test", TEST_SEED, recipe.test_items, replace(recipe, through_file=0.0), recipe.workers) if recipe.through_file else test
+    new = sorted({it["query"] for it in val + test + raw} - set(queries))
     queries.update(zip(new, (q.float() for q in text.tokens(new))))
     torch.set_num_threads(1)
     model._text_encoder = text
     ev = {"steps": steps, "train_minutes": round(train_min, 2), "sec_per_step": sps, "val": evaluate_pool(model, val, queries),
-          "test": evaluate_pool(model, test, queries), "select": evaluate_select(model, test, recipe.test_items)}
+          "test": evaluate_pool(model, test, queries), "test_raw_frames": evaluate_pool(model, raw, queries),
+          "select": evaluate_select(model, test, recipe.test_items)}
     write_json_atomic(out / "eval.json", ev)
     size_mb = (out / "model.safetensors").stat().st_size / 2**20
     (out / "card.md").write_text(card(recipe, ev, train_min, sps, size_mb))

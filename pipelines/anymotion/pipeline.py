@@ -127,13 +127,13 @@ class AnyMotionPipeline(Pipeline):
     def _clip(self, video: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int], float | None]:
         """(the sampled frames at the source size, their indices, the output geometry (frames, height, width), the
         frame rate of those frames: the file's, stretched when sampled to fewer; None for an array, which has none)."""
-        from core.video import Video
+        from core.video import Video, reading
 
         if isinstance(video, np.ndarray) and (video.dtype != np.uint8 or video.ndim != 4 or video.shape[-1] != 3):
             raise InputError("video", getattr(video, "shape", video), "pass a uint8 RGB clip (T, H, W, 3) or a video path")
-        if not isinstance(video, (np.ndarray, str, Path)):
-            raise InputError("video", type(video).__name__, "pass a video path, a folder of frames or a uint8 (T, H, W, 3) array")
-        with Video(video) as v:
+        if not isinstance(video, (np.ndarray, str, Path, Video)):
+            raise InputError("video", type(video).__name__, "pass a video path, a core.video.Video, a folder of frames or a uint8 (T, H, W, 3) array")
+        with reading(video) as v:
             n = len(v)
             geometry = self._geometry(n)
             frames = geometry[0]

@@ -214,14 +214,14 @@ class BerniniPipeline(Pipeline):
     @staticmethod
     def _image(value: Any, name: str, size: tuple[int, int]) -> np.ndarray:
         from core.frames import resize_frames
-        from core.video import Video
+        from core.video import Video, reading
 
         if isinstance(value, np.ndarray):
             if value.dtype != np.uint8 or value.ndim != 3 or value.shape[-1] != 3:
                 raise InputError(name, getattr(value, "shape", value), "pass a uint8 RGB image (H, W, 3)")
             frame = value
-        elif isinstance(value, (str, Path)):
-            with Video(value) as v:
+        elif isinstance(value, (str, Path, Video)):
+            with reading(value) as v:
                 frame = np.asarray(v.get_frames([0]))[0]
         else:
             raise InputError(name, type(value).__name__, "pass an image path or a uint8 (H, W, 3) array")
@@ -230,14 +230,14 @@ class BerniniPipeline(Pipeline):
     @staticmethod
     def _source_hw(value: Any) -> tuple[int, int] | None:
         """(height, width) of a source (array or file), None when there is none."""
-        from core.video import Video
+        from core.video import Video, reading
 
         if value is None:
             return None
         if isinstance(value, np.ndarray):
             return (int(value.shape[-3]), int(value.shape[-2])) if value.ndim in (3, 4) else None
-        if isinstance(value, (str, Path)):
-            with Video(value) as v:
+        if isinstance(value, (str, Path, Video)):
+            with reading(value) as v:
                 return int(v.info.height), int(v.info.width)
         return None
 
@@ -247,11 +247,11 @@ class BerniniPipeline(Pipeline):
         evenly over the whole clip (the builtin models' sampling); else the clip resampled to ``fps`` from its
         start (``source_frame_indices``: consecutive frames when the rates agree; an array counts as ``fps``)."""
         from core.frames import resize_frames
-        from core.video import Video
+        from core.video import reading
 
         if isinstance(value, np.ndarray) and (value.dtype != np.uint8 or value.ndim != 4 or value.shape[-1] != 3):
             raise InputError("video", getattr(value, "shape", value), "pass a uint8 RGB clip (T, H, W, 3) or a video path")
-        with Video(value, fps=fps if isinstance(value, np.ndarray) else None) as v:
+        with reading(value, fps=fps if isinstance(value, np.ndarray) else None) as v:
             n = len(v)
             if fps is None:
                 pick = [int(i) for i in np.linspace(0, n - 1, min(n, frames)).round()]

@@ -34,6 +34,9 @@ class ClearConfig(PipelineConfig):
     max_side: int | None = setting(None, help="work at most this many pixels on the longer side, decoded that small (the masks come "
                                               "back at the input's own size); default: 256 on the builtin models, 1024 with a real "
                                               "tracker; 0: the input's own size", range=(0, 4096))
+    chroma: str = setting("auto", help="a file's colour, stored at half resolution by nearly every codec: 'guided' upsamples it along "
+                                        "the brightness edges (a small object keeps its own colour), 'plain' as the decoder does; "
+                                        "auto: guided on the builtin models, plain with a real tracker", choices=("auto", "plain", "guided"))
     anchor_samples: int = setting(8, help="frames sampled to choose the anchor (the one with the most candidates)", range=(1, 64))
     selection_frames: int = setting(16, help="frames of the candidate tracks the planner sees", range=(1, 64))
     window: int = setting(16, help="past frames a tracker session keeps", range=(1, 256))

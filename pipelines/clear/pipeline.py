@@ -324,18 +324,28 @@ class ClearPipeline(Pipeline):
 
     def working_source(self, video: Any):
         """``(frame source, the input's (H, W))``: the video decoded at most ``max_side`` on its longer side
-        (paths, ``Video``s and arrays; any other frame source as it is), so nothing larger is ever decoded."""
-        from core.video import Video
+        (paths, ``Video``s and arrays; any other frame source as it is), so nothing larger is ever decoded,
+        with a file's colour upsampled as ``chroma`` says."""
+        from core.video import Video, with_chroma
 
+        real = component_backend(self.tracker) == "hf"
+        chroma = self.config.chroma if self.config.chroma != "auto" else ("plain" if real else "guided")
+        if isinstance(video, str) or hasattr(video, "__fspath__"):
+            video = Video(video, chroma=chroma)
+        elif isinstance(video, Video):
+            video = with_chroma(video, chroma)
         source = open_source(video)
         h, w = np.asarray(source.get_frames([0])).shape[1:3] if len(source) else (0, 0)
         limit = self.config.max_side
         if limit is None:
-            limit = 1024 if component_backend(self.tracker) == "hf" else 256
-        if not limit or max(h, w) <= limit or not (isinstance(video, (str, np.ndarray)) or hasattr(video, "__fspath__")):
+            limit = 1024 if real else 256
+        if not limit or max(h, w) <= limit or not isinstance(video, (Video, np.ndarray)):
             return source, (h, w)
         scale = limit / max(h, w)
-        return Video(video, height=max(2, round(h * scale)), width=max(2, round(w * scale))), (h, w)
+        size = {"height": max(2, round(h * scale)), "width": max(2, round(w * scale))}
+        if isinstance(video, np.ndarray):
+            return Video(video, **size), (h, w)
+        return video.reopen(**size), (h, w)
 
     def check_memory(self, n: int, work: tuple[int, int], size: tuple[int, int]) -> None:
         """Refuse a request too large for memory before any work, naming the setting that shrinks it."""

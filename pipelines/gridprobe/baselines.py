@@ -171,8 +171,9 @@ def compare_methods(pipe: GridProbePipeline, video: VideoInput | Pool, question:
     prompt = pipe.prompt(question, options, subtitles)
     pool = video if isinstance(video, Pool) else pipe.load_pool(video)
     n = len(pool.indices)
-    if n != pipe.layout.size:
-        raise InputError("video", f"a pool of {n} frames", f"a K={pipe.config.grid} grid needs a pool of {pipe.layout.size}: "
+    K = pool.layout.K  # the config's grid, or a smaller one for a short clip (short_clips="shrink")
+    if n != pool.layout.size or K > c.grid or (K < c.grid and c.short_clips != "shrink"):
+        raise InputError("video", f"a pool of {n} frames", f"a K={c.grid} grid needs a pool of {c.grid ** 2}: "
                          "fetch it with pipe.load_pool under the same grid")
 
     def result(method: str, positions: Sequence[int], logp, flops: float, seconds: float, **kw) -> MethodResult:

@@ -84,6 +84,11 @@ class GridProbeConfig(PipelineConfig):
     """
 
     grid: int = setting(12, help="grid side K: K² frames in the pool, 2K probes", range=(2, 32), flag="-K")
+    # [PROPOSED] shrink: a clip shorter than K² frames gets the largest grid without repeated frames, and where probing
+    # would cost more than one pass on every frame, that one pass (said in the output); the reference repeats frames
+    short_clips: str = setting("shrink", help="a clip with fewer than K² frames: 'shrink' the grid so no frame repeats (and answer from "
+                                              "one full-frame pass where probing would cost more), or 'repeat' frames as the reference does",
+                               choices=("shrink", "repeat"))
     budget_rule: str = setting("skew", help="how many frames the focused pass gets ('skew' is the paper's rule)", choices=tuple(SELECTORS))
     gamma: float = setting(3.0, help="gamma of the budget rule", range=(1e-6, 100.0))
     min_frames: int = setting(2, help="fewest frames for the focused pass", range=(1, None))

@@ -16,6 +16,7 @@ baseline (one answerer pass on all K² frames at focus resolution), plus measure
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,11 @@ class Pool:
     seconds: float = 0.0
     fps: float | None = None
     passes: dict = field(default_factory=dict, repr=False)
+    grid: int | None = None  # the grid side K this pool was laid out for (smaller than the config's for a short clip)
+
+    @property
+    def layout(self) -> GridLayout:
+        return GridLayout(self.grid if self.grid is not None else int(round(len(self.indices) ** 0.5)))
 
     def relative_times(self, positions: Sequence[int]) -> np.ndarray:
         """When the pool frames at ``positions`` were taken, as fractions of the video (the pool spans it
@@ -131,6 +137,7 @@ class GridProbeOutput(PipelineOutput):
     tflops: dict
     seconds: dict
     frame_times: list[float] | None = None
+    note: str | None = None  # how this run departed from the method, when it did (a short clip answered full-frame)
     frame_images: np.ndarray | None = output_field("none", default=None)
 
     def heatmap(self) -> np.ndarray:
@@ -165,6 +172,7 @@ class GridProbeOutput(PipelineOutput):
             "ensemble_answer": self.ensemble_answer,
             "tflops": {k: float(v) for k, v in self.tflops.items()},
             "seconds": {k: round(float(v), 4) for k, v in self.seconds.items()},
+            **({"note": self.note} if self.note else {}),
         }  # fmt: skip
 
     def __str__(self) -> str:
@@ -194,6 +202,8 @@ def format_summary(s: dict) -> str:
         f"probe ensemble answer: {s['ensemble_answer']}",
         f"time: {s['seconds']['total']:.2f} s (probes {s['seconds']['probe']:.2f} s, focus {s['seconds']['focus']:.2f} s)",
     ]
+    if s.get("note"):
+        lines.append(f"note: {s['note']}")
     if s.get("files"):
         lines.append("saved: " + ", ".join(s["files"].values()))
     return "\n".join(lines)
@@ -267,7 +277,8 @@ class GridProbePipeline(Pipeline):
             total = len(source)
             if total < 1:
                 raise InputError("video", f"{total} frames", "the video has no frames")
-            indices = self.layout.pool_indices(total)
+            grid = self.grid_for(total)
+            indices = GridLayout(grid).pool_indices(total)
             self.check_pool_memory(source, len(indices))
             frames = fetch_frames(source, indices)
             fps = getattr(source, "fps", None)
@@ -275,7 +286,16 @@ class GridProbePipeline(Pipeline):
             if owned:
                 source.close()
         fps = float(fps) if isinstance(fps, (int, float)) and fps > 0 else None
-        return Pool(indices, frames, time.perf_counter() - t0, fps=fps)
+        return Pool(indices, frames, time.perf_counter() - t0, fps=fps, grid=grid)
+
+    def grid_for(self, total: int) -> int:
+        """The grid side for a clip of ``total`` frames: the config's K, or for a clip shorter than its K² pool the
+        largest K whose pool holds no frame twice (``short_clips="shrink"`` [PROPOSED]; the reference repeats
+        frames, ``"repeat"``), at least 2."""
+        K = self.config.grid
+        if self.config.short_clips == "repeat" or total >= K * K:
+            return K
+        return max(2, math.isqrt(total))
 
     def check_pool_memory(self, source: Any, n: int) -> None:
         """Refuse a pool whose frames would not fit in memory, before decoding any (K² frames at
@@ -303,7 +323,7 @@ class GridProbePipeline(Pipeline):
         size (the official passes the processor's; a selector without one gets qwen-vl-utils' default 14)."""
         h, w = pool.frames.shape[1:3]
         patch = getattr(self.selector, "vision_patch_size", None)
-        return official_probe_sizes(h, w, self.config.grid, self.config.probe_resolution, patch)
+        return official_probe_sizes(h, w, pool.layout.K, self.config.probe_resolution, patch)
 
     def probe_frames(self, pool: Pool, scale: float | tuple[float, float] | None = None) -> np.ndarray:
         """All pool frames at probe resolution (``official_resize`` for the official resolutions)."""
@@ -325,8 +345,8 @@ class GridProbePipeline(Pipeline):
         size = self.probe_size(pool, scale)
         frames = self.probe_frames(pool, scale)
         logps, flops = [], 0.0
-        probes = self.layout.probes()
-        K = self.config.grid
+        probes = pool.layout.probes()
+        K = pool.layout.K
         per_forward = self.config.probe_batch or K
         batched = getattr(self.selector, "option_posteriors", None) if per_forward > 1 else None
         bar = self.progress_bar(total=len(probes), desc="GridProbe probes")
@@ -401,15 +421,45 @@ class GridProbePipeline(Pipeline):
         t0 = time.perf_counter()
         prompt = self.prompt(question, options, subtitles)
         pool = self.load_pool(video)
+        if self.probing_costs_more(pool, prompt):
+            probe = self.no_probes(pool, options)
+            out = self.finish(pool, probe, question, options, prompt, output_frames=output_frames, started=t0, positions=range(len(pool.indices)))
+            out.note = (f"the clip's {len(pool.indices)} frames cost less in one full-frame pass than probed (short_clips='shrink'): "
+                        "answered from all of them")
+            return out.convert(output_type)
         probe = self.run_probes(pool, prompt, options, callback=callback_on_step_end)
         out = self.finish(pool, probe, question, options, prompt, output_frames=output_frames, started=t0)
         return out.convert(output_type)
 
+    def probing_costs_more(self, pool: Pool, prompt: str) -> bool:
+        """For a short clip's shrunk grid (``short_clips="shrink"``), whether the 2K probes plus the largest focused pass
+        the budget allows would cost more LM FLOPs than one pass on the whole pool. A full pool is the method's own
+        trade, left to its settings."""
+        if self.config.short_clips != "shrink" or pool.layout.K >= self.config.grid:
+            return False
+        K, n = pool.layout.K, len(pool.indices)
+        probes = 2 * K * float(self.selector.flops(K, prompt, self.probe_size(pool)))
+        most = min(n, self.config.max_frames or n)
+        focus = float(self.qa.flops(most, prompt, self.focus_size(pool)))
+        return probes + focus > self.full_frame_flops(pool, prompt)
+
+    @staticmethod
+    def no_probes(pool: Pool, options: Sequence[str]) -> ProbeResult:
+        """The probe stage of a run that skipped it: uniform posteriors, no FLOPs, so every frame is equally important."""
+        K = pool.layout.K
+        flat = np.full((K, len(options)), -math.log(len(options)))
+        return ProbeResult(flat, flat.copy(), pool.frames.shape[1:3], 0.0, 0.0)
+
     def finish(self, pool: Pool, probe: ProbeResult, question: str, options: Sequence[str], prompt: str, *,
-               output_frames: bool = True, started: float | None = None) -> GridProbeOutput:
-        """Budget, frame choice and focused pass on top of finished probes (shared with the baselines)."""
+               output_frames: bool = True, started: float | None = None, positions: Sequence[int] | None = None) -> GridProbeOutput:
+        """Budget, frame choice and focused pass on top of finished probes (shared with the baselines); ``positions``
+        given: those frames, without the budget rule."""
         importance = probe.importance_map
-        m_eff, positions = self.choose(importance)
+        if positions is None:
+            m_eff, positions = self.choose(importance)
+        else:
+            positions = [int(p) for p in positions]
+            m_eff = len(positions)
         logp, focus_flops, focus_s = self.answer_positions(pool, positions, prompt, options)
         letters = check_options(options)
         k = int(np.argmax(logp))

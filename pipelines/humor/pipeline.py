@@ -127,6 +127,7 @@ class HumorPipeline(Pipeline):
     def _write(self, image: np.ndarray, topic: str | None, gen: torch.Generator, callback: Callable | None) -> tuple[list[dict], list[dict], int]:
         """Parsed, distinct samples (at most ``num_memes``), the rejected ones (text and why) and the rounds drawn."""
         from planners.meme_cot import MemeFormatError
+        from planners.meme_perception import has_markup
 
         c = self.config
         kept, rejected, seen, rounds = [], [], set(), 0
@@ -153,6 +154,9 @@ class HumorPipeline(Pipeline):
                         item = self._parse(text)
                     except MemeFormatError as e:
                         rejected.append({"text": text, "why": "; ".join(e.missing)})
+                        continue
+                    if any(has_markup(b) for b in item["boxes"]):
+                        rejected.append({"text": text, "why": "a box holds the writer's own slot markup (an object the picture does not have)"})
                         continue
                     key = tuple(b.strip().lower() for b in item["boxes"])
                     if key in seen:

@@ -56,6 +56,13 @@ class Config:
     num_candidates: int = 8
 
 
+def with_articles(text: str) -> str:
+    """"a" before a vowel made "an" ("me, a {A}" with an orange star: "me, an orange star")."""
+    import re
+
+    return re.sub(r"\b([Aa]) (?=[aeiouAEIOU])", lambda m: m.group(1) + "n ", text)
+
+
 def preference(caption: dict, scene_words: set) -> float:
     """The hidden preference score of one (top, bottom) caption."""
     top, bottom = caption["top"].lower().split(), caption["bottom"].lower().split()
@@ -104,7 +111,7 @@ def generate(seed: int, cfg: Config | None = None) -> Sample:
     names.setdefault("C", "something else")
     n_generic = {1: 2, 2: 3, 3: 4}[cfg.level]
     raw = pool + GENERIC[:n_generic]
-    cands = [{"top": t.format(**names), "bottom": b.format(**names)} for t, b in raw][: max(cfg.num_candidates, 8)]
+    cands = [{"top": with_articles(t.format(**names)), "bottom": with_articles(b.format(**names))} for t, b in raw][: max(cfg.num_candidates, 8)]
     order = rng.permutation(len(cands))
     cands = [cands[i] for i in order]
     words = {w for i in roles.values() for w in (world.obj(i).color, world.obj(i).shape)}
