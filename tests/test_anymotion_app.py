@@ -81,3 +81,29 @@ def test_benchmark_at_toy_scale(tmp_path):
     res = json.loads((out / "results.json").read_text())
     assert {r["key"] for r in res["rows"]} == {"0:oracle", "0:copy_source"}
     assert res["summary"]["copy_source"]["background_psnr"] == 60.0 and np.isfinite(res["summary"]["oracle"]["pck@0.1"])
+
+
+def test_a_clip_without_a_person_fails_and_says_what_the_reader_looks_for(tmp_path, capsys):
+    from app.cli import main
+    from core.video import write_video
+
+    frames = np.full((12, 64, 64, 3), 40, np.uint8)
+    frames[:, 20:40, 20:40] = (230, 30, 30)  # a square: no stick figure
+    clip = write_video(tmp_path / "square.mp4", frames, fps=12)
+    assert main(["motion", str(clip), "make the person raise the left arm", "--seed", "0", "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "produced nothing" in err and "no person found" in err and "--pose-reader mediapipe" in err
+
+
+def test_plain_figures_beside_a_shape_of_their_colour_are_read():
+    """Issue 58: two held-out figures the reader missed, each beside a thick shape of its own colour (the shape's
+    distance-transform peak beat the head's, and the only fresh start began there)."""
+    from scorers.pose import pck
+    from trackers.pose import ClassicPoseReader
+    from worldgen.tasks import motion_edit
+
+    for seed in (10**9 + 31337 + 9, 10**9 + 31337 + 5):
+        world = motion_edit.generate(seed, motion_edit.Config(level=2)).worlds["source"]
+        shown = [world.render(t) for t in range(0, world.num_frames, 3)]
+        kp = ClassicPoseReader().read(np.stack([f.rgb for f in shown]))
+        assert (kp[..., 2] > 0).all(axis=1).mean() == 1.0 and pck(kp, np.stack([f.keypoints[1] for f in shown]), (0.1,))[0.1] > 0.9

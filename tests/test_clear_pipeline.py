@@ -218,3 +218,26 @@ def test_the_heartbeat_asks_the_planner_again_and_a_changed_mind_escalates():
     pipe = ClearPipeline(ClearConfig(overlay=False, heartbeat_every=10), planner=uncounted, tracker=load_tracker("classic"), proposer=ColourProposer())
     pipe.set_progress_bar_config(disable=True)
     assert pipe(frames, query).planner_calls == uncounted.inner.calls > 1
+
+
+def test_a_file_is_decoded_once_and_every_stage_shows_progress(tmp_path, capsys, monkeypatch):
+    """The 720p real clip showed no progress for ~40 s (issue 58): its tracker sessions decoded it frame by frame,
+    backward from a keyframe each time. Now the working-size frames are decoded once, and each stage has a bar."""
+    from core.video import Video, _PyAVReader, write_video
+
+    frames, truth, query = clip(4)
+    path = write_video(tmp_path / "clip.mp4", frames, fps=12)
+    reads = []
+    original = _PyAVReader.read
+    monkeypatch.setattr(_PyAVReader, "read", lambda self, idx, size: reads.append(len(idx)) or original(self, idx, size))
+    pipe = ClearPipeline(ClearConfig(overlay=False), planner=OracleSelector(truth, sub_indices(len(frames))),
+                         tracker=load_tracker("classic"), proposer=ColourProposer())
+    pipe.set_progress_bar_config(disable=False, mininterval=0)
+    out = pipe(str(path), query)
+    err = capsys.readouterr().err
+    assert all(stage in err for stage in ("CLEAR decoding", "CLEAR tracking", "CLEAR watching the target"))
+    assert sum(reads) <= 2 * len(frames)  # the first frame for the size, then one sequential pass
+    on_frames = ClearPipeline(ClearConfig(overlay=False, chroma="guided"), planner=OracleSelector(truth, sub_indices(len(frames))),
+                              tracker=load_tracker("classic"), proposer=ColourProposer())
+    on_frames.set_progress_bar_config(disable=True)
+    assert np.array_equal(out.masks, on_frames(Video(path, chroma="guided").get_frames(range(len(frames))), query).masks)

@@ -45,6 +45,10 @@ def _item(verb: str, tmp: Path):
         f = _world_clip(s.worlds["source"], tmp / "clip.mp4")
         from pipelines.bernini import BerniniPipeline
         return [f, s.record["instruction"]], BerniniPipeline, lambda p: p(s.record["instruction"], video=Video(f), generator=0)
+    if verb == "generate":  # no file in: the same prompt, the same seed
+        from pipelines.bernini import BerniniPipeline
+        prompt = "a red star bouncing to the left"
+        return [prompt], BerniniPipeline, lambda p: p(prompt, generator=0)
     if verb == "meme":
         s = meme.generate(2_000_000_015, meme.Config())
         f = str(tmp / "template.png")
@@ -75,7 +79,7 @@ def _without_times(data):
     return data
 
 
-@pytest.mark.parametrize("verb", ["segment", "ask", "motion", "edit", "meme", "reason"])
+@pytest.mark.parametrize("verb", ["segment", "ask", "motion", "generate", "edit", "meme", "reason"])
 def test_the_cli_on_a_file_writes_what_the_pipeline_on_the_same_file_writes(verb, tmp_path, capsys):
     args, cls, call = _item(verb, tmp_path)
     assert main([verb, *args, "--seed", "0", "-o", str(tmp_path / "cli")]) == 0, capsys.readouterr().err

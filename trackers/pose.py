@@ -470,12 +470,27 @@ class ClassicPoseReader:
         x1, y1 = min(w, int(math.ceil(x1)) + 2), min(h, int(math.ceil(y1)) + 2)
         return x0, y0, max(x1, x0 + 1), max(y1, y0 + 1)
 
-    def _fresh(self, region: np.ndarray, consts: np.ndarray | None) -> np.ndarray:
-        """A first guess: the head at the figure's distance-transform peak, a neutral figure below it."""
-        mask = region.astype(np.uint8)
+    def _fresh_fit(self, alpha, care, region: np.ndarray, consts: np.ndarray | None, free: list[int]) -> tuple[np.ndarray, float]:
+        """The best fresh start: one from each of the region's largest parts (at most 3), so a thick object of the
+        figure's colour beside it (a same-coloured shape, whose distance-transform peak beats the head's) is tried as
+        the head and loses, instead of being the only start."""
+        n, lab, stats, _ = cv2.connectedComponentsWithStats(region.astype(np.uint8), connectivity=8)
+        parts = [k for k in 1 + np.argsort(-stats[1:, cv2.CC_STAT_AREA]) if stats[k, cv2.CC_STAT_AREA] >= 8][:3] or [None]
+        best = None
+        for k in parts:
+            start = self._fresh(region if k is None else lab == k, consts, region)
+            fit = self._fit_from(alpha, care, region, start, free, grid=True)
+            if best is None or fit[1] < best[1]:
+                best = fit
+        return best
+
+    def _fresh(self, part: np.ndarray, consts: np.ndarray | None, region: np.ndarray | None = None) -> np.ndarray:
+        """A first guess: the head at the distance-transform peak of ``part`` (of the figure's ``region``), a neutral
+        figure below it."""
+        mask = part.astype(np.uint8)
         dt = cv2.distanceTransform(np.pad(mask, 1), cv2.DIST_L2, 5)[1:-1, 1:-1]
         y, x = np.unravel_index(int(np.argmax(dt)), dt.shape)
-        ys = np.nonzero(mask)[0]
+        ys = np.nonzero(mask if region is None else region)[0]
         if consts is not None:
             r = consts[0]
         else:  # head radius: the peak, at most what the figure's height allows
@@ -568,7 +583,7 @@ class ClassicPoseReader:
         idx = sorted({have[int(round(x))] for x in np.linspace(0, len(have) - 1, min(self.calibration_frames, len(have)))})
         found = []
         for i in idx:
-            p, miss = self._fit_from(*maps[i], regions[i], self._fresh(regions[i], None), everything, grid=True)
+            p, miss = self._fresh_fit(*maps[i], regions[i], None, everything)
             found.append((miss, p[list(_CLIP_CONSTANTS)]))
         low = min(m for m, _ in found)
         consts = np.median(np.stack([c for m, c in found if m <= low + self.restart_tolerance]), axis=0)
@@ -583,7 +598,7 @@ class ClassicPoseReader:
             p, miss = (None, math.inf) if prev is None else self._fit_from(alpha, care, region, prev, per_frame, grid=False)
             since += 1
             if p is None or miss > prev_miss + self.restart_tolerance or since >= self.restart_every:
-                q, m = self._fit_from(alpha, care, region, self._fresh(region, consts), per_frame, grid=True)
+                q, m = self._fresh_fit(alpha, care, region, consts, per_frame)
                 since = 0
                 if m < miss:
                     p, miss = q, m

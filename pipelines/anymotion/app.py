@@ -20,8 +20,8 @@ examples:
 Writes video.mp4, side_by_side.png (per frame: the source with its skeleton | the planned skeleton |
 the output), source_keypoints.coco.json and target_keypoints.coco.json (COCO-17 keypoints per frame),
 result.json (the reasoning, what happened, timings, the seed) and config.json. The builtin models
-know Atelier's synthetic stick figures at 64x64; a clip with no person, or an instruction that asks
-for nothing, comes back unchanged with a message saying so.
+know Atelier's synthetic stick figures at 64x64; an instruction that asks for nothing comes back unchanged
+with a message saying so; a clip where the pose reader finds no person fails (exit 1) and says what it looked for.
 """
 
 NOTE = ("AnyMotion reasons about the edit (who moves, which body parts, how, what stays fixed), plans the target "
@@ -91,5 +91,10 @@ APP = PipelineApp(
     web_present=present,
     web_preview=preview,
     video_output="video",
+    # no person: nothing was edited, so the run failed (exit 1); the message says what the reader looks for
+    nothing=lambda out: None if out.person_found else (
+        f"{out.message.split(':')[0]}: the {out.config.get('pose_reader', 'classic')} pose reader found no person in any frame "
+        "(the classic one looks for one stick figure of a single flat colour, as Atelier's world draws them; for real people "
+        "pass --pose-reader mediapipe)"),
     file_outputs=(("--keypoints-out", "target_keypoints.coco.json", "also write the planned target skeleton (COCO keypoint JSON) to this file"),),
 )
