@@ -52,7 +52,7 @@ PART = 250  # clips per saved part of a pool build
 @dataclass
 class InstanceRecipe:
     model: InstanceReasonerConfig = field(default_factory=InstanceReasonerConfig)
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=6000, lr=1e-3, warmup=200, eval_every=500, ckpt_every=250,
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=4000, lr=1e-3, warmup=200, eval_every=500, ckpt_every=250,
                                                                    log_every=50, threads=1, eval_at_end=False))
     pool: int = 4000  # TRAIN clips, each with the tracker's and the ground truth's candidate sets
     p_tracker: float = 0.7  # share of drawn sets that are the tracker's
