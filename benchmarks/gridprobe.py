@@ -68,7 +68,8 @@ def load_pipeline(args):
 
 # the arguments that decide a row: a folder never mixes two settings (resume checks them)
 HEADER_KEYS = ("vlm", "answerer", "grids", "probe_scales", "levels", "max_options", "fixed_budget", "seed", "device", "dtype",
-               "methods", "budgets", "probe_batch")
+               "methods", "budgets", "probe_batch", "files")
+FILE_LABEL = "gridprobe@file"  # the headline: GridProbe at the pipeline's defaults, on the clip as an H.264 file, run as `atelier ask`
 # those merged shards must share (K and the probe scale are in every row, so shards may split them)
 MERGE_KEYS = ("vlm", "answerer", "levels", "max_options", "fixed_budget", "seed")
 
@@ -105,12 +106,36 @@ def run(args) -> list[dict]:
                     "seconds": r.seconds, "n_frames": len(r.frames), "m_eff": r.m_eff,
                     "evidence_hit": any(f in evidence for f in r.frames), "shape": r.extra.get("shape"),
                 })  # fmt: skip
+            if args.files:
+                item_rows.append(through_file(args, pipe, sample.worlds["video"], rec, i, seed, level, K, evidence))
             logger.info("item %d (%d of %d) level %d %-9s K=%-2d %.1f s  gridprobe: %s", i, i - args.start + 1, args.n, level, rec["kind"], K,
                         time.perf_counter() - t0,
                         " ".join(f"{'ok' if r.answer_index == rec['answer_index'] else 'xx'}(M={r.m_eff})"
                                  for r in cmp.results if r.method == "gridprobe" and not r.budget))
         log.append(item_rows)  # a whole item at a time: a resumed run redoes at most one item
     return log.select(items)
+
+
+def through_file(args, pipe, world, rec: dict, i: int, seed: int, level: int, K: int, evidence: set) -> dict:
+    """GridProbe at its defaults on the clip written as the H.264 file a user has, run as `atelier ask` runs it
+    (``benchmarks.user_path``); the row's answer and compute are read back from the result.json it wrote."""
+    from benchmarks.user_path import UserPath
+
+    with UserPath(seed=seed) as user:
+        video = user.clip((world.render(t, annotations=False).rgb for t in range(world.num_frames)), fps=world.fps, name=f"q{i:05d}")
+        t0 = time.perf_counter()
+        run = user.run("ask", {"video": video, "question": rec["question"], "options": rec["options"]}, grid=K,
+                       probe_batch=args.probe_batch, vlm=pipe.selector, answerer=pipe.answerer)
+        seconds = time.perf_counter() - t0
+        result = run.result()
+    answer = int(result["answer_index"])
+    frames = result["frames"]
+    return {"item": i, "seed": seed, "level": level, "kind": rec["kind"], "K": K, "method": "gridprobe", "input": "file",
+            "probe_scale": scale_key(pipe.config.probe_scale if pipe.config.probe_height_scale is None
+                                     else (pipe.config.probe_height_scale, pipe.config.probe_scale)),
+            "budget": "", "label": FILE_LABEL, "correct": answer == rec["answer_index"], "answer_index": answer,
+            "gold_index": rec["answer_index"], "tflops": result["tflops"]["total"], "seconds": seconds, "n_frames": len(frames),
+            "m_eff": result["m_eff"], "evidence_hit": any(f in evidence for f in frames), "shape": None}
 
 
 def probe_scales(text: str) -> list[float | tuple[float, float]]:
@@ -235,7 +260,7 @@ def default_rule(paired: list[dict], max_loss_pp: float = MAX_LOSS_PP) -> dict |
     TFLOPs (ties: the more accurate). Applied to one half of the questions and checked on the other, so the pick is
     not graded on the questions that chose it; ``meets_saving`` says whether it also reaches ``MIN_SAVING``. None
     when no setting is within the loss."""
-    ok = [d for d in paired if d["vs"] == "full_frame" and d["kind"] == "all" and d["diff_pp"] >= -max_loss_pp]
+    ok = [d for d in paired if d["vs"] == "full_frame" and d["kind"] == "all" and d["diff_pp"] >= -max_loss_pp and d["gridprobe"] != FILE_LABEL]
     if not ok:
         return None
     best = max(ok, key=lambda d: (round(d["tflops_ratio"], 6), d["diff_pp"]))
@@ -272,6 +297,8 @@ def _method_order(row: dict) -> int:
 
 
 def _name(m: dict) -> str:
+    if m.get("label") == FILE_LABEL:
+        return "**gridprobe through the file** (the user's path)"
     return m["method"] + (f" ({m['budget']})" if m.get("budget") else "")
 
 
@@ -370,6 +397,9 @@ def main(argv=None) -> int:
                     "each 'key=value,...' of budget_rule, gamma, min_frames, max_frames, tie_break (e.g. 'gamma=6;max_frames=64'): "
                     "one focused pass each, so a Pareto sweep over the budget costs no new probes")
     ap.add_argument("--probe-batch", type=int, help="probes per forward (default K: a row or a column at once; 1: one at a time)")
+    ap.add_argument("--files", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run GridProbe at its defaults on each clip written as an H.264 file, as `atelier ask` runs it (the "
+                         "user's path, the headline row gridprobe@file; default on); --no-files for sweeps of settings on raw frames")
     ap.add_argument("--seed", type=int, default=0, help="base seed inside the test split (default 0)")
     ap.add_argument("--device")
     ap.add_argument("--dtype")
@@ -390,7 +420,7 @@ def main(argv=None) -> int:
         except ArgumentsDiffer as e:
             ap.error(str(e))
         if args.probe_scales:
-            rows = [r for r in rows if r["probe_scale"] is None or scale_key(r["probe_scale"]) in args.probe_scales]
+            rows = [r for r in rows if r["probe_scale"] is None or r["label"] == FILE_LABEL or scale_key(r["probe_scale"]) in args.probe_scales]
         if not rows:
             filters = (f" with --items {args.items[0]}:{args.items[1]}" if args.items else "") + (f" at --probe-scales {','.join(map(scale_text, args.probe_scales))}" if args.probe_scales else "")
             ap.error(f"--merge {' '.join(map(str, args.merge))}: no finished questions (rows.jsonl) there{filters}")
@@ -403,7 +433,8 @@ def main(argv=None) -> int:
             if key in header:
                 setattr(args, key, header[key])
         # shards may run different probe scales (e.g. 1/2 and 1/4 on all questions, 1 on a few): list them all
-        args.probe_scales = sorted({scale_key(r["probe_scale"]) for r in rows if r["probe_scale"] is not None}, key=scale_area, reverse=True)
+        args.probe_scales = sorted({scale_key(r["probe_scale"]) for r in rows if r["probe_scale"] is not None and r["label"] != FILE_LABEL},
+                                   key=scale_area, reverse=True)
     else:
         if args.items:
             ap.error("--items only filters a --merge; to run a range of questions use --start and --n")

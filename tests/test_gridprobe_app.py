@@ -165,7 +165,8 @@ def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
                   "--levels", "1", "--out", str(out)]) == 0
     data = json.loads((out / "results.json").read_text())
     labels = {m["label"] for m in data["summary"]["methods"]}
-    assert {"full_frame", "uniform_m", "gridprobe@1", "gridprobe@0.5", "probe_ensemble@0.5"} <= labels
+    assert {"full_frame", "uniform_m", "gridprobe@1", "gridprobe@0.5", "probe_ensemble@0.5", "gridprobe@file"} <= labels
+    assert "gridprobe through the file" in (out / "results.md").read_text()  # the user's path: the clip as an H.264 file
     assert len({r["item"] for r in data["rows"]}) == 2
     md = (out / "results.md").read_text()
     assert "| K | method |" in md and "Spearman" in md and "within each question kind" in md
@@ -179,8 +180,9 @@ def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
                   "--out", str(sweep)]) == 0
     data = json.loads((sweep / "results.json").read_text())
     assert {m["label"] for m in data["summary"]["methods"]} == {"full_frame", "gridprobe@0.5", "gridprobe@0.5/gamma=6",
-                                                                 "gridprobe@0.5/max_frames=2,tie_break=spread"}
-    assert {d["gridprobe"] for d in data["summary"]["paired"]} == {"gridprobe@0.5", "gridprobe@0.5/gamma=6", "gridprobe@0.5/max_frames=2,tie_break=spread"}
+                                                                 "gridprobe@0.5/max_frames=2,tie_break=spread", "gridprobe@file"}
+    assert {d["gridprobe"] for d in data["summary"]["paired"]} == {"gridprobe@0.5", "gridprobe@0.5/gamma=6", "gridprobe@0.5/max_frames=2,tie_break=spread",
+                                                                  "gridprobe@file"}
     assert "gridprobe (gamma=6)" in (sweep / "results.md").read_text()
     # squashed probes (HEIGHTxWIDTH fractions): labelled, merged and filtered like any scale
     squash = tmp_path / "squash"
@@ -188,7 +190,7 @@ def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
                   "--methods", "gridprobe", "--out", str(squash)]) == 0
     assert bench(["--merge", str(sweep), str(squash), "--probe-scales", "0.5x1", "--out", str(tmp_path / "sq_merged")]) == 0
     data = json.loads((tmp_path / "sq_merged" / "results.json").read_text())
-    assert {m["label"] for m in data["summary"]["methods"]} == {"full_frame", "gridprobe@0.5x1"}
+    assert {m["label"] for m in data["summary"]["methods"]} == {"full_frame", "gridprobe@0.5x1", "gridprobe@file"}  # the headline stays
     assert data["meta"]["probe_scales"] == [[0.5, 1.0]] and "| 0.5x1 |" in (tmp_path / "sq_merged" / "results.md").read_text()
     for bad in (["--methods", "gridprobe,nope"], ["--budgets", "grid=3"], ["--budgets", "gamma=x"], ["--probe-scales", "0.5xx"], ["--probe-scales", "0.1x0.2x0.3"]):
         with pytest.raises(SystemExit):
@@ -209,7 +211,7 @@ def test_benchmark_script_at_toy_scale(tiny_vlm_dirs, tmp_path):
     # --probe-scales keeps one resolution's rows (and the scale-free baselines)
     assert bench(["--merge", str(shard), str(out), "--probe-scales", "0.5", "--out", str(merged)]) == 0
     data = json.loads((merged / "results.json").read_text())
-    assert {r["probe_scale"] for r in data["rows"]} == {None, 0.5} and data["meta"]["probe_scales"] == [0.5]
+    assert {r["probe_scale"] for r in data["rows"] if r["label"] != "gridprobe@file"} == {None, 0.5} and data["meta"]["probe_scales"] == [0.5]
     assert {m["label"] for m in data["summary"]["methods"]} >= {"full_frame", "gridprobe@0.5"}
     # --items keeps a range of questions (to compare K values on the same ones); bad ranges name the fix
     assert bench(["--merge", str(out), str(shard), "--items", "1:3", "--out", str(merged)]) == 0
