@@ -10,7 +10,9 @@ the same questions get a paired bootstrap interval. RL methods add their run's R
 
     python -m benchmarks.latent_reasoning --n 1200 --out outputs/bench/latent_reasoning
 
-Each method is a model folder (``--models name=PATH,...`` overrides the defaults below); a missing folder is
+The headline is ``gepo@file``: the shipped reasoner through the user's path (each image written as the PNG
+``atelier worldgen`` writes, asked as ``atelier reason`` asks, scored from its result.json; ``benchmarks.user_path``);
+the other rows read the cached TEST features directly, the reference. Each method is a model folder (``--models name=PATH,...`` overrides the defaults below); a missing folder is
 skipped with a warning. Test items come from ``outputs/gelvr/test`` (the cache the trainers share; generated on
 first use).
 """
@@ -38,7 +40,7 @@ METHODS = {  # name -> (model folder, slots used: None = the folder's own K)
     "gaussian": ("outputs/train/gelvr_rl_gaussian", None),
     "replay": ("outputs/train/gelvr_rl_replay", None),
 }
-PAIRS = (("full", "pointwise"), ("full", "direct"), ("gram", "pointwise"), ("gepo", "full"), ("gepo", "gaussian"),
+PAIRS = (("gepo@file", "gepo"), ("full", "pointwise"), ("full", "direct"), ("gram", "pointwise"), ("gepo", "full"), ("gepo", "gaussian"),
          ("gepo", "replay"), ("gaussian", "full"), ("replay", "full"))
 RL = ("gepo", "gaussian", "replay")
 
@@ -75,11 +77,36 @@ def run(args) -> tuple[list[dict], dict]:
         runs[name] = json.loads(facts.read_text()) if facts.is_file() else {}
         if k and args.diagnose:
             runs[name]["slot_diagnostics"] = slot_diagnostics(model, data, k, n=args.diagnose)
+    if args.files in wanted and BuiltinLatentReasoner.is_saved_in(Path(paths[args.files])):
+        rows += through_files(args.files, paths[args.files], next(iter(sets.values())).records)
     if sets:
         runs["_reference"] = {"present_colours": present_colour_chance(next(iter(sets.values())).records)}
         if symbolic is not None:
             runs["_reference"]["symbolic_solver"] = symbolic_solver(symbolic, sets["objects"])
     return rows, runs
+
+
+def through_files(name: str, folder: str, records: list[dict]) -> list[dict]:
+    """The user's path for method ``name``: each TEST image as the PNG `atelier worldgen spatial` writes, asked
+    through `atelier reason` with the model in ``folder`` (``benchmarks.user_path``), scored from its result.json;
+    the rows' method is ``<name>@file``."""
+    from benchmarks.user_path import UserPath
+    from training.gelvr_data import record_item
+    from worldgen.tasks import spatial
+
+    rows = []
+    with UserPath() as user:
+        for i, rec in enumerate(records):
+            sample = spatial.generate(rec["seed"], spatial.Config(level=rec["level"]))
+            assert sample.record["question"] == rec["question"], "the TEST cache and worldgen disagree"
+            image = user.still(sample.images["image"], name=f"q{i:05d}")
+            run = user.run("reason", {"image": image, "question": rec["question"], "options": rec["options"]}, reasoner=folder)
+            item = record_item(rec)
+            rows.append({"method": f"{name}@file", "item": i, "correct": run.result()["answer_index"] == rec["answer_index"],
+                         "level": item.level, "size": item.target_size, "pointing": None})
+            if (i + 1) % 100 == 0:
+                logger.info("%s through files: %d of %d, accuracy %.3f", name, i + 1, len(records), np.mean([r["correct"] for r in rows]))
+    return rows
 
 
 def symbolic_solver(model, data) -> float:
@@ -266,6 +293,8 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--models", help="overrides, e.g. full=outputs/train/gelvr_sft,gepo=outputs/train/gelvr_rl")
     ap.add_argument("--cache", default="outputs/gelvr")
+    ap.add_argument("--files", default="gepo", help="the method also run through files, as `atelier reason` runs it: the user's "
+                                                    "path, the headline (default gepo, the shipped reasoner; '' for none)")
     ap.add_argument("--diagnose", type=int, default=200, help="questions for the per-slot diagnostics (0: none)")
     ap.add_argument("--pairs", default="", help="more paired differences, e.g. full-full_shipped,direct-direct_shipped")
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/latent_reasoning"))

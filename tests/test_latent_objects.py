@@ -371,6 +371,9 @@ def test_the_latent_benchmark_runs_a_saved_model_with_no_diagnostics(tmp_path):
     summary = json.loads((tmp_path / "out" / "results.json").read_text())
     full = summary["summary"]["full"]
     assert full["accuracy"]["n"] == 2 and "slot_diagnostics" not in full
+    assert main([*args, "--diagnose", "0", "--files", "full"]) == 0  # the user's path: PNGs through `atelier reason`
+    summary = json.loads((tmp_path / "out" / "results.json").read_text())["summary"]
+    assert summary["full@file"]["accuracy"]["n"] == 2
     with pytest.raises(SystemExit):
         main([*args, "--diagnose", "-1"])
 
