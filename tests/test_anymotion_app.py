@@ -77,9 +77,10 @@ def test_benchmark_at_toy_scale(tmp_path):
     from benchmarks.anymotion import main as bench
 
     out = tmp_path / "bench"
-    assert bench(["--n", "1", "--methods", "oracle,copy_source", "--frame-stride", "6", "--out", str(out)]) == 0
+    assert bench(["--n", "1", "--methods", "scot@file,oracle,copy_source", "--frame-stride", "6", "--out", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
-    assert {r["key"] for r in res["rows"]} == {"0:oracle", "0:copy_source"}
+    assert {r["key"] for r in res["rows"]} == {"0:scot@file", "0:oracle", "0:copy_source"}
+    assert "scot@file" in res["summary"] and "person_found" in res["rows"][0]  # the user's path: through an H.264 file
     assert res["summary"]["copy_source"]["background_psnr"] == 60.0 and np.isfinite(res["summary"]["oracle"]["pck@0.1"])
 
 

@@ -10,7 +10,7 @@ from benchmarks.user_path import UserPath
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 METHOD_BENCHMARKS = ("clear", "gridprobe", "bernini", "anymotion", "humor", "latent_reasoning")
-NOT_YET = {"bernini", "anymotion", "humor"}  # issue 58: still on raw frames
+NOT_YET = {"bernini", "humor"}  # issue 58: still on raw frames
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="issue 58: still measured on raw frames"))
