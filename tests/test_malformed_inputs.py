@@ -40,13 +40,18 @@ def media(tmp_path_factory):
     large[:, 32:64, 32:64] = 200
     (d / "grand ☃").mkdir()
     big = {"good": write_video(d / "large.mp4", large, fps=10), "unicode": write_video(d / "grand ☃" / "image ünï.mp4", large, fps=10)}
-    from worldgen.tasks import motion_edit  # `motion` on a clip with no person exits 1 (designed): its valid clip has one
+    return {"good": good, "unicode": unicode, "bad": bad, "dir": d, "large": big, "figure": figure_clips(d)}
+
+
+def figure_clips(d) -> dict:
+    """A short clip with a stick figure, at a plain and a unicode path: `motion` fails (exit 1, by design) on a clip
+    where its pose reader finds no person, so its valid runs need one."""
+    from worldgen.tasks import motion_edit
 
     world = motion_edit.generate(2_000_000_031, motion_edit.Config(level=1)).worlds["source"]
     person = np.stack([world.render(t, annotations=False).rgb for t in range(0, world.num_frames, 3)])
     (d / "personne ☃").mkdir()
-    figure = {"good": write_video(d / "person.mp4", person, fps=4), "unicode": write_video(d / "personne ☃" / "clip ünï.mp4", person, fps=4)}
-    return {"good": good, "unicode": unicode, "bad": bad, "dir": d, "large": big, "figure": figure}
+    return {"good": write_video(d / "person.mp4", person, fps=4), "unicode": write_video(d / "personne ☃" / "clip ünï.mp4", person, fps=4)}
 
 
 # verbs whose valid run needs more than the defaults: the latent reasoner reads images of at least 128 px and

@@ -21,7 +21,7 @@ import pytest
 from app.batch import run_batch
 from core.video import write_video
 from pipelines.registry import apps
-from test_malformed_inputs import assert_clean, good_media, media_input, run_cli, to_argv, valid_args, with_media
+from test_malformed_inputs import assert_clean, figure_clips, good_media, media_input, run_cli, to_argv, valid_args, with_media
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -47,7 +47,7 @@ def media(tmp_path_factory):
     large = np.zeros((2, 128, 128, 3), np.uint8)
     large[:, 32:64, 32:64] = 200
     return {"good": write_video(d / "good.mp4", frames, fps=10), "large": {"good": write_video(d / "large.mp4", large, fps=10)},
-            "bomb": png_header(d / "bomb.png", 20000, 20000), "dir": d}
+            "bomb": png_header(d / "bomb.png", 20000, 20000), "dir": d, "figure": figure_clips(d)}
 
 
 # the cheapest settings of the verbs whose valid run would otherwise take seconds (kept only where the verb has them)
