@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import AtelierError, InputError, MediaError
+from core import jsontext
 from pipelines.registry import apps
 
 logger = logging.getLogger(__name__)
@@ -192,12 +193,14 @@ def read_manifest(path: str | Path) -> list[dict]:
     path = Path(path)
     base = path.absolute().parent
     items, seen = [], set()
-    for lineno, line in enumerate(_manifest_text(path).splitlines(), 1):
+    # lines end at "\n" alone: str.splitlines() also splits at U+2028 or U+0085, which a JSON string may hold as is
+    for lineno, line in enumerate(_manifest_text(path).removesuffix("\n").split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         where = f"manifest line {lineno}"
         try:
-            item = json.loads(line)
+            item = jsontext.loads(line)
         except json.JSONDecodeError as e:
             raise InputError(where, line[:80], f"not valid JSON ({e.msg})") from None
         except RecursionError:  # json nests by recursion: thousands of "[" exhaust the stack

@@ -5,6 +5,7 @@ Exit codes: 0 ok, 1 failure (including any failed batch item), 2 usage error.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import errno
 import json
@@ -73,7 +74,7 @@ def build_parser(verb: str | None = "*") -> argparse.ArgumentParser:
 
     # a verb registered without a line in PIPELINE_HELP (a plugin, a test) costs its import here, nothing else
     helps = {v: PIPELINE_HELP.get(v) or get_app(v).help for v in PIPELINE_APPS}
-    parser = argparse.ArgumentParser(
+    parser = StrictParser(
         prog="atelier", usage="atelier [-h] VERB ...", description=DESCRIPTION.format(pipelines="\n".join(f"  {v:10s} {h}" for v, h in helps.items())),
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -212,6 +213,8 @@ def _add_train(sub) -> None:
     p.add_argument("--latent-policy", choices=["vmf", "gaussian", "replay"],
                    help="gelvr-rl only: the slot policy (default vmf; replay = LVR's text-only RL)")
     p.add_argument("--no-resume", action="store_true", help="start over instead of resuming a checkpoint")
+    p.add_argument("--trust-remote-code", action="store_true", help="humor-rl: let the --sft checkpoint run its own Python code "
+                                                                  "(off by default; a folder is data)")
     _add_common(p)
     p.set_defaults(func=_cmd_train)
 
@@ -384,7 +387,8 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_pipeline(args) -> int:
-    from app.runner import run_app
+    from app.runner import input_paths
+    from core.outputs import protecting
 
     app = args.app
     values = {inp.name: getattr(args, inp.name) for inp in app.inputs}
@@ -392,13 +396,19 @@ def _cmd_pipeline(args) -> int:
     values.update({k[len("component_"):]: v for k, v in vars(args).items() if k.startswith("component_") and v is not None})
     values.update(pipeline=args.pipeline, device=args.device, dtype=args.dtype, seed=args.seed, threads=args.threads,
                   trust_remote_code=args.trust_remote_code, progress=not args.no_progress)
+    inputs, config, _, options = app.split_args(values)
+    app.check_settings(config, options)  # an argument error is said alone, before any model (or torch) loads
+    with protecting(input_paths(app, inputs)):  # `-o NAME.mp4` and the extra files included: never over an input
+        return _run_verb(app, args, values)
+
+
+def _run_verb(app, args, values: dict) -> int:
     import shutil
     import tempfile
 
+    from app.runner import run_app
     from core.outputs import move_file, publish_file
 
-    _, config, _, options = app.split_args(values)
-    app.check_settings(config, options)  # an argument error is said alone, before any model (or torch) loads
     out_dir, video_file = args.out, _video_out(app, args.out, args.overwrite)
     if video_file is not None:
         out_dir = video_file.with_suffix("")
@@ -583,7 +593,7 @@ def _train_humor(args, out) -> dict:
         if not (sft / MARKER).exists() and not (sft / "config.json").is_file():
             raise InputError("--sft", str(sft), "no meme writer there: run `atelier train humor-sft` first or pass its --out")
         recipe = replace(RLRecipe(), **{k: v for k, v in (("steps", args.steps), ("reward", args.reward)) if v is not None})
-        facts = train_rl(out, sft, recipe, resume=not args.no_resume)
+        facts = train_rl(out, sft, recipe, resume=not args.no_resume, trust_remote_code=args.trust_remote_code)
     return {k: v for k, v in facts.items() if k not in ("loss_curve", "curve", "val_history")}
 
 
@@ -669,9 +679,13 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from core.paths import keep_made_folders, remove_made_folders
+
     previous = signal.signal(signal.SIGTERM, _terminate)  # SIGTERM unwinds like Ctrl-C: temp files are removed
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        keep_made_folders()
+        return code
     except AtelierError as e:
         print(f"atelier {args.verb}: error: {_one_line(e)}", file=sys.stderr)
         return 2 if isinstance(e, ValueError) else 1
@@ -687,12 +701,28 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # a bug of ours: one line for the user, the traceback only with --verbose
+        if _disk_full(e):  # a library that wraps the OSError (safetensors' SafetensorError) still ran out of space
+            print(f"atelier {args.verb}: error: no space left on the disk; free some space or write elsewhere (-o/--out), "
+                  "then run again", file=sys.stderr)
+            return 1
         logging.getLogger("atelier").debug("internal error", exc_info=True)
         print(f"atelier {args.verb}: internal error: {type(e).__name__}: {_one_line(e)[:300]} (this is a bug in atelier; "
               "re-run with -v to see where, and please report it)", file=sys.stderr)
         return 1
     finally:
+        remove_made_folders()  # a failed or stopped run's output folders, where still empty (none after a success)
         signal.signal(signal.SIGTERM, previous)
+
+
+def _disk_full(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is the disk running out of space."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _terminate(signum, frame):

@@ -8,6 +8,7 @@ previews.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import json
 
 import logging
@@ -202,7 +203,7 @@ def _add_worldgen(gallery: Gallery, out: Path) -> None:
     for name in tasks.NAMES:
         folder = out / "worldgen" / name
         argv = [name, "--n", "2", "--split", "val", "-o", str(folder), "--preview"]
-        parser = argparse.ArgumentParser()
+        parser = StrictParser()
         worldgen_cli.add_arguments(parser)
         with contextlib.redirect_stdout(sys.stderr):  # its one summary line is a log line here
             worldgen_cli.run(parser.parse_args(argv))

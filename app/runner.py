@@ -39,6 +39,16 @@ def check_media(app: PipelineApp, inputs: dict) -> None:
                     pass
 
 
+def input_paths(app: PipelineApp, inputs: dict) -> list[str]:
+    """The files and folders a run reads (its media inputs given as paths): never a destination of its outputs."""
+    out = []
+    for i in app.inputs:
+        value = inputs.get(i.name)
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        out += [str(v) for v in values if i.kind in ("video", "image", "images") and isinstance(v, (str, Path))]
+    return out
+
+
 def build(app: PipelineApp, components: dict, options: dict, config: dict):
     """The pipeline an app call runs (components by name: an instance, a folder, a cache id or None)."""
     from pipelines.registry import parse_run_option
@@ -55,6 +65,13 @@ def run_app(app: PipelineApp, args: dict[str, Any], *, out_dir: str | Path | Non
     """Run ``app`` on ``args``; with ``out_dir``, save the output there (a file atelier did not write is
     replaced only with ``overwrite``). ``on_start(components, options)`` is called once every check has passed,
     just before the pipeline is built (the CLI's builtin-model notice). Returns ``(output, summary)``."""
+    from core.outputs import protecting
+
+    with protecting(input_paths(app, app.split_args(args)[0])):  # no output may replace an input, whatever the flags
+        return _run_app(app, args, out_dir, callback, overwrite, on_start)
+
+
+def _run_app(app: PipelineApp, args: dict[str, Any], out_dir, callback, overwrite: bool, on_start):
     from core.outputs import check_folder
     from core.threads import choose_threads, preset_threads, use_threads
 

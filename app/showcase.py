@@ -26,6 +26,7 @@ server start would cost minutes); ``tests/test_showcase.py`` recomputes each ver
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -344,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import tempfile
 
-    ap = argparse.ArgumentParser(description="run every showcase item and write app/showcase_verdicts.json")
+    ap = StrictParser(description="run every showcase item and write app/showcase_verdicts.json")
     ap.add_argument("--out", type=Path, default=VERDICTS_FILE)
     ap.add_argument("--verbs", nargs="*", default=list(VERBS))
     args = ap.parse_args(argv)

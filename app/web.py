@@ -156,6 +156,16 @@ def remove_folders(folders: set[Path]) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def remove_empty_request_folders(since: float) -> None:
+    """The ``atelier-*`` folders made in the temp folder at or after ``since`` that hold nothing (a request that
+    failed between making its folder and writing into it): empty, so nobody's; removed only if still empty."""
+    root = Path(tempfile.gettempdir())
+    for folder in root.glob("atelier-*"):
+        with contextlib.suppress(OSError):
+            if folder.is_dir() and not folder.is_symlink() and folder.stat().st_mtime >= since - 1.0 and not any(folder.iterdir()):
+                folder.rmdir()  # fails, and keeps it, if a file appeared meanwhile
+
+
 @functools.cache
 def _checked_components() -> dict[str, type]:
     """gradio components that hand the raw value to our checks, so a bad one gets a message naming the field.
@@ -541,6 +551,7 @@ def stream_run(app, settings: WebSettings, values: tuple, state: RunControl, int
             latest["ended"] = True
             outputs = latest.pop("outputs", None)
         remove_folders(response_folders(outputs, started))
+        remove_empty_request_folders(started)
 
 
 def pipeline_tab(app, settings: WebSettings) -> None:

@@ -32,6 +32,7 @@ finishes (``benchmarks.common``), so a run resumes and shards merge.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import logging
 import sys
@@ -232,7 +233,7 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.anymotion", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = StrictParser(prog="python -m benchmarks.anymotion", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shard_arguments(ap, 200, noun="edits", compare="methods")
     ap.add_argument("--methods", type=lambda s: [m for m in s.split(",") if m], default=list(METHODS))
     ap.add_argument("--planner", default="builtin", help="planner: 'builtin' or a folder (default builtin)")

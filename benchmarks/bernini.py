@@ -9,7 +9,10 @@ Items: the TEST split of ``training.bernini_data`` (worldgen t2v, edit as v2v, r
 turn; 16 frames at 64x64), never seen in training. Methods, each run on the same items with the item's
 index as the seed:
 
-- ``bernini``: ``BerniniPipeline`` as a user runs it (planner -> renderer, the default settings);
+- ``bernini@file`` (the headline): the user's path (``benchmarks.user_path``): a v2v source written as the H.264 file a
+  user has, r2v references as PNG files, ``atelier generate`` / ``atelier edit`` run on them as the CLI runs them, and
+  the ``video.mp4`` they write decoded and graded;
+- ``bernini``: ``BerniniPipeline`` on the raw frames in memory (the reference row; planner -> renderer, the default settings);
 - ``no_plan``: the same pipeline with ``plan=False`` (the renderer from the text alone: Bernini-R);
 - ``oracle_plan``: the renderer decoding the ground-truth plan (the target's own ViT tokens): the
   ceiling a perfect planner would reach with this renderer;
@@ -39,6 +42,7 @@ resumes and shards merge.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import logging
 import sys
@@ -51,14 +55,16 @@ from benchmarks.common import (ArgumentsDiffer, RowLog, accuracy_cell, add_shard
                                merge_rows, paired_bootstrap, paired_cell, write_results)
 
 logger = logging.getLogger("benchmarks.bernini")
-METHODS = ("bernini", "no_plan", "oracle_plan", "layout_oracle", "no_guidance", "plan_rerank", "plain_rope", "copy_source")
+FILE_METHOD = "bernini@file"  # the headline: the pipeline through the user's path (benchmarks.user_path)
+METHODS = (FILE_METHOD, "bernini", "no_plan", "oracle_plan", "layout_oracle", "no_guidance", "plan_rerank", "plain_rope", "copy_source")
 # the attribute an edit kind asks to change, as the judge reads it (change_background: none it reads)
 ASKED = {"recolor": "color", "reshape": "shape", "resize": "size", "change_motion": "direction"}
 ATTRIBUTES = ("color", "shape", "direction", "size")
 PSNR_CAP = 60.0
+FPS = 12.0  # worldgen's clips' rate
 # per-attribute paired comparisons: the planner's effect, the renderer's plan conditioning (a perfect plan against
 # none), guidance, and SA-3D
-ATTRIBUTE_PAIRS = (("bernini", "no_plan"), ("oracle_plan", "no_plan"), ("layout_oracle", "bernini"), ("bernini", "no_guidance"), ("plan_rerank", "bernini"),
+ATTRIBUTE_PAIRS = ((FILE_METHOD, "bernini"), ("bernini", "no_plan"), ("oracle_plan", "no_plan"), ("layout_oracle", "bernini"), ("bernini", "no_guidance"), ("plan_rerank", "bernini"),
                    ("bernini", "plain_rope"))
 
 
@@ -92,8 +98,28 @@ def painted_true_layout(planner, pool, i: int, split: str, split_seed: int) -> n
         return planner.painter([layout], *pool.plan.shape[1:4], src)[0].numpy()
 
 
+def through_files(pool, i: int, pipe, seed: int) -> np.ndarray:
+    """Item ``i`` as a user runs it: its inputs written as files, the verb run on them with ``pipe``'s models, and the
+    frames of the video.mp4 it wrote."""
+    from benchmarks.user_path import UserPath
+    from core.video import Video
+
+    comps = {k: pipe.components[k] for k in ("planner", "renderer", "encoder") if k in pipe.components}
+    with UserPath() as user:
+        refs = [user.still(r, name=f"ref_{j + 1}") for j, r in enumerate(pool.references(i))]
+        if pool.task == "v2v":
+            source = user.clip(pool.source[i], fps=FPS, name="source")
+            run = user.run("edit", {"video": source, "instruction": pool.text[i], "references": refs}, seed=seed, **comps)
+        else:
+            run = user.run("generate", {"prompt": pool.text[i], "references": refs}, seed=seed, **comps)
+        with Video(run.folder / "video.mp4") as v:
+            return v.get_frames(range(len(v)))
+
+
 def render(method: str, pool, i: int, pipes: dict, split: str = "test", split_seed: int = 0) -> np.ndarray:
     task, seed = pool.task, int(pool.index[i])
+    if method == FILE_METHOD:
+        return through_files(pool, i, pipes["bernini"], seed)
     renderer = pipes["bernini"].renderer
     if method == "copy_source":
         return pool.source[i]
@@ -233,7 +259,7 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
     lines += ["", "## The plan's effect, paired on the same items (clips all right, percentage points, bootstrap 95%)", ""]
     pairs, by_task = [], group_rows(rows, lambda r: r["task"])
     for task, rs in by_task.items():
-        for a, b, common, by in _paired_items(rs, (("bernini", "no_plan"), ("oracle_plan", "bernini"), ("bernini", "no_guidance"),
+        for a, b, common, by in _paired_items(rs, ((FILE_METHOD, "bernini"), ("bernini", "no_plan"), ("oracle_plan", "bernini"), ("bernini", "no_guidance"),
                                                    ("plan_rerank", "bernini"), ("bernini", "plain_rope"))):
             d = paired_bootstrap([float(by[a][i]["all_correct"]) for i in common], [float(by[b][i]["all_correct"]) for i in common])
             summary[f"{task}/{a}-{b}"] = d
@@ -318,10 +344,10 @@ def direction_ceiling(split: str, seed: int, items: range) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.bernini", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = StrictParser(prog="python -m benchmarks.bernini", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shard_arguments(ap, 200, noun="prompts", compare="methods")
     ap.add_argument("--tasks", type=lambda s: [t for t in s.split(",") if t], default=["t2v", "v2v", "r2v"])
-    ap.add_argument("--methods", type=lambda s: [m for m in s.split(",") if m], default=["bernini", "no_plan", "oracle_plan"])
+    ap.add_argument("--methods", type=lambda s: [m for m in s.split(",") if m], default=[FILE_METHOD, "bernini", "no_plan", "oracle_plan"])
     ap.add_argument("--planner", default="builtin", help="planner: 'builtin' or a folder (default builtin)")
     ap.add_argument("--renderer", default="builtin", help="renderer: 'builtin' or a folder (default builtin)")
     ap.add_argument("--seed", type=int, default=0, help="the test pools' seed (training.bernini_data)")

@@ -9,6 +9,7 @@ randomly initialised model of the same architecture (speed does not depend on th
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import json
 import sys
@@ -41,7 +42,7 @@ def best(fn, repeats: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = StrictParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="outputs/bench/builtin.json")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()

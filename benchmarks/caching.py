@@ -45,6 +45,7 @@ run cannot (one branch a forward, each in its own cache context), so ``none, unb
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import copy
 import logging
@@ -375,7 +376,7 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.caching", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = StrictParser(prog="python -m benchmarks.caching", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", type=lambda s: [p for p in s.split(",") if p], default=["wan", "wan_random", "builtin"])
     ap.add_argument("--clips", type=int, default=8, help="scaled Wan: clips (prompt, seed) per mode (default 8)")
     ap.add_argument("--train-steps", type=int, default=1500, help="scaled Wan: training steps on all noise levels (default 1500)")

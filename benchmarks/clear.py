@@ -29,6 +29,7 @@ finish (``benchmarks.common``), so a run resumes and shards merge.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import logging
 import sys
@@ -330,7 +331,7 @@ def summarise_input(rows: list[dict]) -> tuple[dict, str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.clear", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = StrictParser(prog="python -m benchmarks.clear", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--planner", default="builtin", help="'builtin' or a VLM checkpoint directory (under the counterfactual selector)")
     ap.add_argument("--tracker", default="classic", help="'classic' or a SAM 2 / SAM 3 checkpoint directory")
     ap.add_argument("--proposer", default="classic", help="'classic' or a SAM 2 / SAM 3 checkpoint directory")

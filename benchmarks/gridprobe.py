@@ -23,6 +23,7 @@ Spearman correlation between M_eff and difficulty level) and ``pareto.png`` (acc
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import dataclasses
 import json
@@ -379,7 +380,7 @@ def pareto_points(summary: dict, x: str = "mean_tflops") -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = StrictParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vlm", default="builtin", help="selector VLM: 'builtin', a builtin VLM directory or a transformers checkpoint directory")
     ap.add_argument("--answerer", help="VLM for every answering pass (default: the selector)")
     add_shard_arguments(ap, n=60, noun="questions", compare="K values")

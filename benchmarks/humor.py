@@ -11,6 +11,12 @@ by the others); ``anchored``, whether its boxes equal the anchored path's quoted
 template its description names has the intent its usage-scenarios section names (a CoT that splices two templates'
 notes does not); ``described``, whether that template is the scene's. Methods:
 
+- ``pipeline@file`` (the user's path, ``benchmarks.user_path``): the scene's picture written as the PNG `atelier worldgen
+  meme` writes, ``atelier meme`` run on it as the CLI runs it (the shipped RL writer and reward model, the pipeline's
+  defaults: re-draws of unreadable samples, repeats dropped), graded from the ``result.json`` it writes: ``win`` is
+  the mean win rate of the memes it keeps, ``top1_win`` its first's, ``valid`` the share of drawn samples kept;
+- ``pipeline@jpeg``: the same through a JPEG at quality 90 (4:2:0), how most memes reach a user;
+- ``pipeline``: the same pipeline on the picture in memory (the reference row for ``pipeline@file``);
 - ``direct``: the SFT writer asked for the caption only (no CoT);
 - ``single``: the SFT writer, one reasoning path;
 - ``multi``: the SFT writer, K = 3 paths then anchoring (HUMOR's SFT stage);
@@ -34,6 +40,7 @@ plot of preference against RL steps. Resumable (``rows.jsonl``), shardable (``--
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import logging
 import sys
@@ -51,6 +58,7 @@ METHODS = {"direct": ("sft", 0, False, False), "single": ("sft", 1, False, False
            "rl": ("rl", 3, False, False), "rl_pointwise": ("rl_pointwise", 3, False, False),
            "multi_topic": ("sft", 3, True, False), "rl_topic": ("rl", 3, True, False),
            "multi_anchored": ("sft", 3, False, True), "rl_anchored": ("rl", 3, False, True)}
+PIPELINE_METHODS = ("pipeline@file", "pipeline@jpeg", "pipeline")  # the whole `atelier meme` pipeline, graded on what it shows a user
 FIELDS = ("valid", "win", "preference", "top1_win", "distinct_captions", "distinct_1", "distinct_2", "ideas")
 # shares of readable samples (NaN where a row has none, e.g. the CoT fields of caption-only samples)
 SHARES = ("topic", "anchored", "consistent", "described")
@@ -121,6 +129,35 @@ def grade(writer, rm, scene, num_paths: int, samples: int, seed: int, temperatur
     return g
 
 
+def grade_shown(boxes: list, rejected: int, scene) -> dict:
+    """One scene's grades of what ``atelier meme`` shows: the kept memes' boxes, best first, and how many samples it
+    rejected."""
+    from scorers.preference import distinct_n, preference, win_rate
+
+    wins = [win_rate(b, scene.candidates, scene.scene_words) for b in boxes]
+    captions = [" / ".join(b) for b in boxes]
+    return {"samples": len(boxes) + rejected, "valid": len(boxes) / max(1, len(boxes) + rejected),
+            "win": float(np.mean(wins)) if wins else 0.0, "top1_win": wins[0] if wins else 0.0, "top1": boxes[0] if boxes else None,
+            "preference": float(np.mean([preference(b, scene.scene_words) for b in boxes])) if boxes else float("nan"),
+            "distinct_captions": len(set(captions)), "distinct_1": distinct_n(captions, 1), "distinct_2": distinct_n(captions, 2),
+            "ideas": float("nan"), **{k: float("nan") for k in SHARES}}
+
+
+def run_pipeline(method: str, pipe, scene, seed: int) -> dict:
+    """``atelier meme`` on the scene's picture, as a PNG file (``pipeline@file``), a JPEG (``pipeline@jpeg``) or in memory
+    (``pipeline``)."""
+    if method == "pipeline":
+        out = pipe(scene.still, generator=seed)
+        return grade_shown(out.captions, len(out.rejected), scene)
+    from benchmarks.user_path import UserPath
+
+    with UserPath() as user:
+        image = user.still(scene.still, name="template", suffix=".jpg" if method == "pipeline@jpeg" else ".png")
+        run = user.run("meme", {"image": image}, seed=seed, writer=pipe.writer, reward_model=pipe.reward_model)
+        shown = run.result()  # the result.json `atelier meme` wrote
+        return grade_shown(shown["captions"], len(shown["rejected"]), scene)
+
+
 def run(args) -> list[dict]:
     from planners.meme_reward import load_reward_model
     from scorers.preference import pairwise_accuracy
@@ -128,8 +165,8 @@ def run(args) -> list[dict]:
 
     methods = [m for m in args.methods.split(",") if m]
     for m in methods:
-        if m not in METHODS:
-            raise SystemExit(f"invalid --methods entry {m!r}: choose from {sorted(METHODS)}")
+        if m not in METHODS and m not in PIPELINE_METHODS:
+            raise SystemExit(f"invalid --methods entry {m!r}: choose from {sorted(METHODS) + list(PIPELINE_METHODS)}")
     header = {"benchmark": "humor", "split": args.split, "methods": methods, "samples": args.samples, "sft": args.sft, "rl": args.rl,
               "rl_pointwise": args.rl_pointwise, "reward_model": args.reward_model, "curve": args.curve,
               "temperature": args.temperature, "top_p": args.top_p}
@@ -142,8 +179,14 @@ def run(args) -> list[dict]:
     if args.curve:
         writers = _curve_writers(args)
     else:
-        loaded = _writers(args, sorted({METHODS[m][0] for m in methods}))
-        writers = {m: loaded[METHODS[m][0]] for m in methods}
+        loaded = _writers(args, sorted({METHODS[m][0] for m in methods if m in METHODS}))
+        writers = {m: loaded[METHODS[m][0]] for m in methods if m in METHODS}
+    pipe = None
+    if any(m in PIPELINE_METHODS for m in methods):
+        from pipelines.humor import HumorPipeline
+
+        pipe = HumorPipeline.build(components={"writer": args.rl, "reward_model": args.reward_model})
+        pipe.set_progress_bar_config(disable=True)
     for i in todo:
         s = scenes[i]
         t0 = time.perf_counter()
@@ -156,6 +199,8 @@ def run(args) -> list[dict]:
                       anchored=anchored, texts=drawn.get(key))
             drawn.setdefault(key, g["texts"])
             rows.append({**base, "method": name, **g})
+        for name in (m for m in methods if m in PIPELINE_METHODS):
+            rows.append({**base, "method": name, **run_pipeline(name, pipe, s, seed=i)})
         hits, pairs = pairwise_accuracy(rm.score(s.still, s.candidates), s.scores)
         rows.append({**base, "method": "rm", "hits": hits, "pairs": pairs})
         log.append(rows)
@@ -204,7 +249,7 @@ def summarise(rows: list[dict]) -> dict:
         out.setdefault("rm", {})[f"accuracy_{part}"] = sum(r["hits"] for r in sub) / max(1, sum(r["pairs"] for r in sub))
         out["rm"][f"pairs_{part}"] = sum(r["pairs"] for r in sub)
     paired = {}
-    for a, b, f in (("rl", "multi", "win"), ("rl", "multi", "top1_win"), ("rl", "rl_pointwise", "win"), ("multi", "single", "win"),
+    for a, b, f in (("pipeline@file", "pipeline", "win"), ("pipeline@file", "pipeline", "top1_win"), ("pipeline@jpeg", "pipeline", "win"), ("rl", "multi", "win"), ("rl", "multi", "top1_win"), ("rl", "rl_pointwise", "win"), ("multi", "single", "win"),
                     ("multi", "single", "ideas"), ("multi", "single", "distinct_captions"), ("multi", "direct", "win"),
                     ("rl_topic", "rl", "topic"), ("multi_topic", "multi", "topic"), ("rl_topic", "rl", "win"),
                     ("rl_anchored", "rl", "win"), ("multi_anchored", "multi", "win"), ("rl_anchored", "rl", "top1_win")):
@@ -334,7 +379,7 @@ def curve_plot(summary: dict, path: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.humor", description=__doc__.splitlines()[0])
+    ap = StrictParser(prog="python -m benchmarks.humor", description=__doc__.splitlines()[0])
     add_shard_arguments(ap, 120, "scenes", "methods")
     ap.add_argument("--methods", default="direct,single,multi,rl,rl_pointwise")
     ap.add_argument("--samples", type=int, default=8, help="memes sampled per scene and method (G)")

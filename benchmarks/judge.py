@@ -20,6 +20,7 @@ a run resumes and shards merge.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import logging
 import sys
@@ -134,7 +135,7 @@ def summarise(rows: list[dict]) -> tuple[dict, str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.judge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = StrictParser(prog="python -m benchmarks.judge", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shard_arguments(ap, 300, noun="clips", compare="settings")
     ap.add_argument("--levels", type=comma_ints, default=[1, 2], help="t2v levels (default 1,2; 3 adds people)")
     ap.add_argument("--frames", type=comma_ints, default=[16, 32], help="clip lengths (default 16,32)")

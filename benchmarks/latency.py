@@ -25,6 +25,7 @@ OUT/threads.json.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import json
 import os
@@ -210,7 +211,7 @@ def table(rows: list[dict], baseline: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.latency", description=__doc__.split("\n\n")[0])
+    ap = StrictParser(prog="python -m benchmarks.latency", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="outputs/bench/latency")
     ap.add_argument("--verbs", default=",".join(VERBS))
     ap.add_argument("--no-real", action="store_true", help="skip the real clip")

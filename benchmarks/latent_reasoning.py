@@ -19,6 +19,7 @@ first use).
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import json
 import logging
@@ -288,7 +289,7 @@ def curve_plot(summary: dict, path: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.latent_reasoning", description=__doc__.splitlines()[0])
+    ap = StrictParser(prog="python -m benchmarks.latent_reasoning", description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1200, help="held-out TEST questions (levels 1-3 in turn)")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--models", help="overrides, e.g. full=outputs/train/gelvr_sft,gepo=outputs/train/gelvr_rl")

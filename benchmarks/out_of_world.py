@@ -11,6 +11,7 @@ side the threshold gets right.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import json
 import tempfile
@@ -54,7 +55,7 @@ def real() -> dict[str, list[float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = StrictParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=8, help="held-out items per worldgen task (default 8)")
     parser.add_argument("--out", default="outputs/bench/out_of_world", help="folder for results.json")
     args = parser.parse_args(argv)

@@ -19,6 +19,7 @@ looked at through the draft").
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import dataclasses
 import logging
@@ -159,7 +160,7 @@ def summarise(rows: list[dict], split: str) -> tuple[dict, str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.planner_settings", description=__doc__,
+    ap = StrictParser(prog="python -m benchmarks.planner_settings", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--split", choices=("val", "test"), default="val", help="choose settings on val (default)")
     ap.add_argument("--n", type=int, default=20, help="items per task (default 20)")

@@ -8,6 +8,7 @@ diagonal) of the reader's keypoints against the worlds' annotations, overall and
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import cv2
 import numpy as np
 
@@ -45,7 +46,7 @@ if __name__ == "__main__":
     import argparse
     import json
 
-    ap = argparse.ArgumentParser(description="Measure the classic stick-figure pose reader on worldgen motion_edit clips.")
+    ap = StrictParser(description="Measure the classic stick-figure pose reader on worldgen motion_edit clips.")
     ap.add_argument("--measure", type=int, default=20, metavar="N", help="motion_edit samples (each gives a source and a target clip)")
     ap.add_argument("--start", type=int, default=0, help="first seed")
     ap.add_argument("--level", type=int, default=2, choices=(1, 2, 3))

@@ -22,6 +22,7 @@ frames/s, RSS growth < 100 MB. Writes ``results.json`` and ``results.md`` under 
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import gc
 import platform
@@ -228,7 +229,7 @@ def _num(v) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = StrictParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tracker", default="classic", help="classic, or a checkpoint directory (SAM 2 / SAM 3 / a saved classic tracker)")
     ap.add_argument("--frames", type=int, default=500, help="frames of the speed clip")
     ap.add_argument("--long-frames", type=int, default=5000, help="frames of the memory clip")

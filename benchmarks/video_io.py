@@ -11,6 +11,7 @@ Reports ratios (core / fastest raw reader; 10k / 1k sampling time), not absolute
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import json
 import subprocess
@@ -140,7 +141,7 @@ print(json.dumps({{"frames": n, "base_mb": base / 2**20, "peak_mb": peak / 2**20
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = StrictParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="outputs/bench/video_io.json")
     ap.add_argument("--cache", default="outputs/bench/clips", help="where the synthetic clips are written once")
     ap.add_argument("--repeats", type=int, default=3)

@@ -17,6 +17,7 @@ every size.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import sys
 from collections import defaultdict
@@ -89,7 +90,7 @@ def _recall(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = StrictParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vlm", default=str(WEIGHTS_DIR / "vlm"), help="a builtin VLM directory (default: the shipped weights)")
     ap.add_argument("--n", type=int, default=60, help="counting questions (default 60; 4 column probes each)")
     ap.add_argument("--calib-questions", type=int, default=60, help="questions per kind for the calibration gaps (default 60, as the card's 32x32 row; 0: skip)")

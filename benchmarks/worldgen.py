@@ -8,6 +8,7 @@ Targets: >= 200 frames/s; RSS growth < 200 MB for the 4,000-frame stream.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import json
 import sys
@@ -51,7 +52,7 @@ def stream_memory() -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = StrictParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="outputs/bench/worldgen.json")
     ap.add_argument("--frames", type=int, default=2000, help="frames for the speed test")
     args = ap.parse_args(argv)

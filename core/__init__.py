@@ -19,10 +19,12 @@ Modules (moved from the table of docs/ARCHITECTURE.md):
 - `atomic.py`: temp file + rename
 - `frames.py`: the `FrameSource` protocol and the one `resize_frames`
 - `memory.py`: a request bounded by the memory it needs, before allocating
-- `paths.py`: output folders and files checked writable before any compute
+- `paths.py`: output folders and files checked writable before any compute (an unnamed probe file); the folders
+  a failed or stopped run made, removed while empty
 - `outputs.py`: outputs we own: the `.atelier-output.json` marker of every output folder, the pre-run check of
   the names a run claims, staging then a checked move, so a file atelier did not write is never replaced
-  without `--overwrite`
+  without `--overwrite`, and no run writes over its own inputs (`protecting`); a dead run's staging folder
+  loses only the files its marker lists
 - `values.py`: the one strict parser of booleans, types and finite numbers from manifests, forms and
   `pipeline.json`
 - `images.py`: the one checked image opener: PIL's pixel limit as a clean error
@@ -30,5 +32,8 @@ Modules (moved from the table of docs/ARCHITECTURE.md):
   unexpected or misshapen key, and the HF sharded layout written back
 - `threads.py`: torch's thread count for a run: 1 for small models (measured faster), `--threads` /
   `$ATELIER_THREADS` over it
-- `errors.py`: typed errors naming the input
+- `errors.py`: typed errors naming the input (a rejected value quoted up to 200 characters); a library's
+  refusal to run a checkpoint's code as the one `--trust-remote-code` message
+- `jsontext.py`: JSON from a user's file with nesting, integer length and non-finite numbers bounded
+- `arguments.py`: `StrictParser`, every command line's parser: options only by their full names
 """

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from core.atomic import write_json_atomic
 from core.errors import InputError
+from core import jsontext
 
 
 class ConfigComponent:
@@ -37,7 +38,7 @@ class ConfigComponent:
         """Read a folder written by ``save_pretrained``; ``overrides`` replace saved settings.
         ``device`` and ``dtype`` are accepted (pipelines pass them) and ignored: these run on the CPU."""
         try:
-            cfg = json.loads((Path(directory) / "config.json").read_text())
+            cfg = jsontext.loads((Path(directory) / "config.json").read_text())
         except (OSError, ValueError):
             raise InputError("directory", str(directory), f"no readable config.json; pass a folder written by {cls.__name__}.save_pretrained") from None
         if not isinstance(cfg, dict) or cfg.get("model") != cls.MODEL_NAME:

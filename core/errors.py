@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -14,8 +16,17 @@ class InputError(AtelierError, ValueError):
 
     def __init__(self, name: str, value: Any, hint: str = ""):
         self.name, self.value, self.hint = name, value, hint
-        msg = f"invalid {name}={value!r}"
+        msg = f"invalid {name}={shown(value)}"
         super().__init__(f"{msg}: {hint}" if hint else msg)
+
+
+MAX_SHOWN = 200  # characters of a rejected value an error repeats: a million-item list is not echoed (5 MB in a log)
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to ``MAX_SHOWN`` characters with the length said."""
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN else f"{text[:MAX_SHOWN]}... ({len(text):,} characters)"
 
 
 class MediaError(AtelierError):
@@ -67,3 +78,17 @@ def refused_remote_code(error: BaseException) -> bool:
     """Whether a transformers / diffusers loading error is its refusal to run a checkpoint's own code."""
     text = str(error)
     return "trust_remote_code" in text or "custom code" in text
+
+
+@contextlib.contextmanager
+def loading_checkpoint(name: str, path: Any) -> Iterator[None]:
+    """Loading the checkpoint ``path`` (given as ``name``) with a library: its refusal to run the folder's own code
+    becomes the one ``InputError`` that says how to allow it, and any other failure to read the folder an
+    ``InputError`` naming it, never an internal error."""
+    try:
+        yield
+    except (ValueError, OSError, KeyError) as e:
+        if refused_remote_code(e):
+            raise InputError(name, str(path), REMOTE_CODE_HINT) from None
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise InputError(name, str(path), f"it cannot be loaded as a checkpoint ({first}); pass a Hugging Face checkpoint folder") from None

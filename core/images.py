@@ -31,6 +31,12 @@ def too_large(path: str | Path, pixels: int | None, size: tuple[int, int] | None
                       "downscale it first, e.g. to 8192 pixels on its long side")
 
 
+def unreadable(path: str | Path, error: BaseException) -> MediaError:
+    """The refusal of an image PIL stops reading on purpose (a text chunk that inflates past its limit: a
+    decompression bomb in the metadata) or cannot parse."""
+    return MediaError(path, f"not a readable image ({error})", "re-save it with an image editor, without its metadata")
+
+
 @contextmanager
 def open_image(path: str | Path) -> Iterator:
     """``PIL.Image.open(path)`` whose declared size fits ``MAX_IMAGE_PIXELS``, closed on exit; nothing is decoded
@@ -45,6 +51,8 @@ def open_image(path: str | Path) -> Iterator:
     except Image.DecompressionBombError as e:  # the header alone is over PIL's limit: its message has the count
         found = re.search(r"\((\d+) pixels\)", str(e))
         raise too_large(path, int(found.group(1)) if found else None) from None
+    except ValueError as e:  # PIL's own bound on a compressed text chunk ("Decompressed data too large"), or a bad header
+        raise unreadable(path, e) from None
     with im:
         width, height = im.size
         if width * height > MAX_IMAGE_PIXELS:
@@ -52,4 +60,4 @@ def open_image(path: str | Path) -> Iterator:
         yield im
 
 
-__all__ = ["MAX_IMAGE_PIXELS", "open_image", "too_large"]
+__all__ = ["MAX_IMAGE_PIXELS", "open_image", "too_large", "unreadable"]

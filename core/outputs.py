@@ -20,11 +20,20 @@ again: a re-run with fewer frames leaves no stale masks behind, while the other 
 
 Claims are glob patterns relative to the folder: ``*`` within a name, ``NAME/**`` for everything
 below a folder.
+
+**A run never writes over its own inputs**, whatever the flags: inside ``protecting(paths)`` (``app.runner`` wraps
+every verb's run in it) a destination that is one of those files (the same inode, by any name or link) or lies
+inside an input folder is refused, ``--overwrite`` or not.
+
+A staging folder's marker lists the files the run finished there with their hashes; a later run removes a dead
+run's staging folder only by those files, and the folder only once it is empty, so a user's file that found its
+way into one is never deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fnmatch
 import hashlib
 import json
@@ -39,6 +48,48 @@ from core.errors import InputError, MediaError
 MARKER = ".atelier-output.json"
 STAGING = ".atelier-staging-"
 _FIX = "pick another folder or pass --overwrite"
+# the input files (device, inode) and folders (resolved) of the run in progress: never a destination
+_INPUTS: contextvars.ContextVar[tuple[frozenset, tuple[Path, ...]]] = contextvars.ContextVar("atelier_inputs", default=(frozenset(), ()))
+
+
+@contextlib.contextmanager
+def protecting(paths: Iterable[str | os.PathLike]) -> Iterator[None]:
+    """Within the block, no output may replace or be written inside any of ``paths`` (a run's inputs)."""
+    ids, folders = _INPUTS.get()
+    ids, folders = set(ids), list(folders)
+    for p in paths:
+        with contextlib.suppress(OSError, ValueError):
+            st = os.stat(p)
+            ids.add((st.st_dev, st.st_ino))
+            if Path(p).is_dir():
+                folders.append(Path(p).resolve())
+    token = _INPUTS.set((frozenset(ids), tuple(folders)))
+    try:
+        yield
+    finally:
+        _INPUTS.reset(token)
+
+
+def input_at(path: str | os.PathLike) -> bool:
+    """Whether writing ``path`` would replace a protected input or write inside an input folder."""
+    ids, folders = _INPUTS.get()
+    if not ids and not folders:
+        return False
+    path = Path(path)
+    with contextlib.suppress(OSError, ValueError):
+        st = os.stat(path)
+        if (st.st_dev, st.st_ino) in ids:
+            return True
+    with contextlib.suppress(OSError, RuntimeError, ValueError):
+        where = path.resolve()
+        return any(where == f or f in where.parents for f in folders)
+    return False
+
+
+def _input_refusal(name: str, where: Path, rel: str | None = None) -> InputError:
+    shown = f"{rel} there" if rel else "it"
+    return InputError(name, str(where), f"{shown} is an input of this run, which the result would replace; write the result "
+                                        "elsewhere (a run never overwrites its own input, even with --overwrite)")
 
 
 def sha256(path: Path) -> str:
@@ -58,7 +109,10 @@ def read_marker(folder: Path) -> dict:
     except (OSError, ValueError):
         return {}
     files = data.get("files") if isinstance(data, dict) and data.get("written_by") == "atelier" else None
-    return {str(k): v for k, v in files.items() if isinstance(v, str)} if isinstance(files, dict) else {}
+    if not isinstance(files, dict):
+        return {}
+    # a name that climbs out of the folder is nobody's record of ours (a hand-written marker): never acted on
+    return {str(k): v for k, v in files.items() if isinstance(v, str) and not Path(str(k)).is_absolute() and ".." not in Path(str(k)).parts}
 
 
 def _owned(folder: Path, rel: str, marker: dict) -> bool:
@@ -108,6 +162,8 @@ def check_folder(folder: str | os.PathLike, claims: Iterable[str], name: str = "
         raise _refusal(name, folder, [MARKER])
     marker = read_marker(folder)
     taken = sorted({str(p.relative_to(folder)) for pattern in claims for p in _glob(folder, pattern)})
+    if hit := next((rel for rel in taken if input_at(folder / rel)), None):
+        raise _input_refusal(name, folder, hit)
     foreign = _foreign(folder, taken, marker, overwrite)
     if foreign:
         raise _refusal(name, folder, foreign)
@@ -129,6 +185,8 @@ def _glob(folder: Path, pattern: str) -> Iterator[Path]:
 def check_file(path: str | os.PathLike, name: str = "--out", overwrite: bool = False) -> None:
     """Before the work: refuse an existing ``path`` that atelier did not write (unless ``overwrite``)."""
     path = Path(path)
+    if input_at(path):
+        raise _input_refusal(name, path)
     if path.is_dir() and not path.is_symlink():
         raise InputError(name, str(path), "is a folder; pass a file name")
     if (path.exists() or path.is_symlink()) and not is_ours(path) and not (overwrite and not path.is_symlink()):
@@ -146,28 +204,34 @@ def publish_folder(folder: str | os.PathLike, claims: Iterable[str] = (), name: 
     folder.mkdir(parents=True, exist_ok=True)
     _remove_stale_staging(folder)
     stage = folder / f"{STAGING}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    stage.mkdir()
-    (stage / MARKER).write_text(json.dumps({"written_by": "atelier", "staging": True}) + "\n")  # says it is ours
+    stage.mkdir()  # a fresh, unique name: from here on the block below removes it whatever stops the run
     try:
+        _write_staging_marker(stage, {})  # says it is ours; lists nothing yet
         yield stage
         written = sorted(rel for p in stage.rglob("*") if p.is_file() and (rel := str(p.relative_to(stage))) != MARKER)
+        _write_staging_marker(stage, {rel: sha256(stage / rel) for rel in written})  # what a later run may remove
+        if hit := next((rel for rel in written if input_at(folder / rel)), None):
+            raise _input_refusal(name, folder, hit)
         marker = read_marker(folder)
         foreign = _foreign(folder, written, marker, overwrite)
         if foreign:
             raise MediaError(folder, f"the run finished but {', '.join(foreign[:3])} there {'was' if len(foreign) == 1 else 'were'} not written by atelier, so nothing was saved",
                              _FIX)
+        claims = list(claims)
+        stale = [rel for rel in marker if rel not in written and matches(rel, claims) and _owned(folder, rel, marker)]
+        hashes = read_marker(stage)
+        # recorded before the move: a run stopped halfway leaves only files the marker calls ours, never strays
+        files = {**marker, **{rel: hashes[rel] for rel in written}}
+        _write_marker(folder, files)
         for rel in written:
             dest = folder / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(stage / rel, dest)  # a link at dest is replaced itself, never written through
-        claims = list(claims)
-        stale = [rel for rel in marker if rel not in written and matches(rel, claims) and _owned(folder, rel, marker)]
         for rel in stale:
             (folder / rel).unlink()
             _remove_empty_parents(folder, rel)
-        files = {rel: h for rel, h in marker.items() if rel not in stale}
-        files.update({rel: sha256(folder / rel) for rel in written})
-        _write_marker(folder, files)
+        if stale:
+            _write_marker(folder, {rel: h for rel, h in files.items() if rel not in stale})
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 
@@ -229,12 +293,28 @@ def _remove_empty_parents(folder: Path, rel: str) -> None:
             (folder / parent).rmdir()  # only if empty
 
 
+def _write_staging_marker(stage: Path, files: dict[str, str]) -> None:
+    tmp = stage / f".{MARKER}.tmp"
+    tmp.write_text(json.dumps({"written_by": "atelier", "staging": True, "files": files}) + "\n")
+    os.replace(tmp, stage / MARKER)
+
+
 def _remove_stale_staging(folder: Path) -> None:
-    """Staging folders of runs that died (their process is gone): ours by name and pid."""
+    """Staging folders of runs that died (their process is gone, ours by name and pid): only the files their marker
+    lists, unchanged since (their hashes), then the marker and the folder once nothing else is left in it."""
     for stage in folder.glob(f"{STAGING}*"):
         pid = stage.name[len(STAGING):].split("-")[0]
-        if stage.is_dir() and not stage.is_symlink() and _is_marker(stage / MARKER) and pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(stage, ignore_errors=True)
+        if not (stage.is_dir() and not stage.is_symlink() and _is_marker(stage / MARKER) and pid.isdigit() and not _alive(int(pid))):
+            continue
+        listed = read_marker(stage)
+        for rel in listed:
+            if _owned(stage, rel, listed):
+                (stage / rel).unlink()
+                _remove_empty_parents(stage, rel)
+        if [p.name for p in stage.iterdir()] == [MARKER]:
+            (stage / MARKER).unlink()
+            with contextlib.suppress(OSError):
+                stage.rmdir()
 
 
 def _alive(pid: int) -> bool:

@@ -1,12 +1,37 @@
-"""Output paths checked before any compute: a run that would fail to write its result fails first."""
+"""Output paths checked before any compute: a run that would fail to write its result fails first.
+
+A folder made here for an output is recorded (``made_folders``): a run that then fails or is interrupted
+removes each one still empty (``remove_made_folders``), so it leaves nothing behind that it created.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
 
 from core.errors import InputError
+
+_MADE: list[Path] = []  # output folders this process made and has not yet written into for good
+
+
+def made_folders() -> list[Path]:
+    """The output folders made by ``check_output_dir`` since the last ``remove_made_folders`` / ``keep_made_folders``."""
+    return list(_MADE)
+
+
+def keep_made_folders() -> None:
+    """The run finished: the folders it made are the user's now."""
+    _MADE.clear()
+
+
+def remove_made_folders() -> None:
+    """The run failed or was stopped: remove each folder it made that is still empty, deepest first."""
+    for folder in sorted(_MADE, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty: anything written there stays
+    _MADE.clear()
 
 
 def _too_long(path: Path) -> str | None:
@@ -47,11 +72,13 @@ def check_output_dir(path: str | os.PathLike, name: str = "--out") -> Path:
     blocker = next((p for p in path.absolute().parents if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise InputError(name, str(path), f"{blocker} is a file, so no folder can be made below it")
+    missing = [p for p in (path.absolute(), *path.absolute().parents) if not p.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".atelier-write-check-", dir=path)
-        os.close(fd)
-        os.unlink(probe)
+        _MADE.extend(p for p in missing if p not in _MADE)
+        # an unnamed file (O_TMPFILE on Linux): no name appears in the user's folder, so a signal cannot leave one behind
+        with tempfile.TemporaryFile(dir=path):
+            pass
     except OSError as e:
         raise InputError(name, str(path), f"cannot write there ({e.strerror or e}); choose a folder you can write to") from None
     return path

@@ -93,3 +93,17 @@ def check_type(name: str, value: Any, hint: Any, example: Any = None) -> None:
 
 
 __all__ = ["parse_bool", "check_finite", "check_type", "type_matches", "describe_type", "is_bool"]
+
+
+def check_text(name: str, value: Any) -> None:
+    """Text (a prompt, a question, a path) must be valid Unicode: bytes that are not UTF-8 reach Python as lone
+    surrogates (``'\\udcff'``, from a terminal or a JSON escape), which every tokenizer and file system call rejects
+    later with an internal error. ``value`` may be a string or a list of them; anything else passes."""
+    for text in value if isinstance(value, (list, tuple)) else [value]:
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                shown = text.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")  # the bytes given
+                raise InputError(name, shown[:80], "it holds bytes that are not UTF-8 text; type it again or save the file as UTF-8") from None
+

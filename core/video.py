@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v"}
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff"}
 MAX_SIDE = 16384  # larger than any real video; catches swapped or garbage sizes early
+MAX_ASPECT = 16  # wider than any panorama a user hands over (32:9 is 3.6); 1 x 200000 is garbage
 BACKENDS = ("auto", "pyav", "decord")
 
 
@@ -111,6 +112,11 @@ class Video:
             self._reader.close()
             raise EmptyVideoError(self._reader.source, "the video has no frames", "re-encode or re-export it")
         src_h, src_w = self._reader.src_size
+        try:
+            check_frame_size(self._reader.source, src_h, src_w)
+        except VideoOpenError:
+            self._reader.close()
+            raise
         self._out_size = _target_size(src_h, src_w, height, width)
         # guided only where the output keeps more detail than the stored colour: above half the source's size
         self._guided = (chroma == "guided" and self._reader.subsampled and 2 * self._out_size[0] > src_h
@@ -301,6 +307,7 @@ def _open_reader(source, backend: str, fps: float) -> _Reader:
     path = Path(source)
     if not path.exists():
         raise VideoOpenError(path, "no such file or folder", "check the path")
+    check_regular(path)
     if path.is_dir():
         frames = sorted((p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES), key=_natural_key)
         if not frames:
@@ -311,6 +318,26 @@ def _open_reader(source, backend: str, fps: float) -> _Reader:
     if backend == "decord":
         return _DecordReader(path)
     return _PyAVReader(path)
+
+
+def check_regular(path: Path) -> None:
+    """A media input is a regular file or a folder: a FIFO, a socket or a device (``/dev/zero``) is refused before it is
+    opened, since reading one blocks or never ends."""
+    import stat
+
+    mode = path.stat().st_mode  # follows a link to what it names; stat() itself never blocks on a FIFO
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+            "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+        raise VideoOpenError(path, f"it is {kind}, which is read without end", "pass a video or image file, or a folder of frames")
+
+
+def check_frame_size(source: str, height: int, width: int) -> None:
+    """Every side at most ``MAX_SIDE`` and the long side at most ``MAX_ASPECT`` times the short one: a 1 x 200000 picture
+    passes the pixel budget and then fails every encoder and viewer."""
+    if min(height, width) < 1 or max(height, width) > MAX_SIDE or max(height, width) > MAX_ASPECT * min(height, width):
+        raise VideoOpenError(source, f"its frames are {width}x{height}; atelier reads sides up to {MAX_SIDE} pixels and aspect ratios "
+                                     f"up to {MAX_ASPECT}:1", "crop or resize it first")
 
 
 class _Reader:
@@ -360,8 +387,12 @@ class _ImageFilesReader(_Reader):
     def __init__(self, source: Path, files: list[Path], fps: float):
         self.source, self.files, self.fps, self.num_frames = str(source), files, fps, len(files)
         self._check_decode_memory(files[0])
-        self.src_size = self._load(0).shape[:2]
+        first = self._load(0)  # decoded here, so a broken picture fails at open
+        self.src_size = first.shape[:2]
         self.subsampled = _jpeg_subsampled(files[0])
+        # the last frame decoded, keyed by (index, size): a still sampled again and again (a picture handed to a video
+        # pipeline, read on every probe) is decoded once, not once a read (a 12000 x 12000 PNG took 352 s in `ask`)
+        self._last: tuple[tuple[int, tuple[int, int] | None], np.ndarray] = ((0, None), first)
 
     @staticmethod
     def _check_decode_memory(path: Path) -> None:
@@ -378,25 +409,39 @@ class _ImageFilesReader(_Reader):
             return  # _load says what is wrong with the file
         check_allocation(str(path), f"{width}x{height} pixels", width * height * 11, "downscale the image first")
 
-    def _load(self, i: int) -> np.ndarray:
+    def _load(self, i: int, size: tuple[int, int] | None = None) -> np.ndarray:
+        """Frame ``i`` at its stored size (its size is checked against the first frame's), or resized to ``size``. A JPEG
+        much larger than ``size`` is decoded at a reduced scale (PIL's ``draft``: 1/2 to 1/8, in the decoder), so a
+        large photo never costs its full-size decode."""
         from PIL import UnidentifiedImageError
 
-        from core.images import open_image
+        from core.images import open_image, unreadable
 
         try:
             with open_image(self.files[i]) as im:  # refuses an image over the pixel budget before decoding it
-                return np.asarray(im.convert("RGB"))
+                stored = im.size[::-1]
+                if i and stored != tuple(self.src_size):
+                    raise VideoDecodeError(self.files[i], f"frame size {stored} differs from the first frame's {tuple(self.src_size)}")
+                if size is not None and im.format == "JPEG":
+                    im.draft("RGB", (size[1], size[0]))  # the smallest scale still at least ``size``
+                frame = np.asarray(im.convert("RGB"))
+        except ValueError as e:  # PIL stops a text chunk that inflates past its limit
+            raise VideoDecodeError(self.files[i], str(unreadable(self.files[i], e))) from None
         except (UnidentifiedImageError, OSError) as e:
             raise VideoDecodeError(self.files[i], f"cannot read frame image: {e}") from None
+        return frame if size is None else _resize(frame, size)
+
+    def _frame(self, i: int, size: tuple[int, int]) -> np.ndarray:
+        (last, last_size), frame = self._last
+        if last == i and last_size in (size, None):
+            frame = frame if last_size == size else _resize(frame, size)
+        else:
+            frame = self._load(i, size)
+        self._last = ((i, size), frame)  # the full-size first frame is dropped once a size is asked for
+        return frame
 
     def read(self, indices, size):
-        out = []
-        for i in indices:
-            frame = self._load(i)
-            if frame.shape[:2] != tuple(self.src_size):
-                raise VideoDecodeError(self.files[i], f"frame size {frame.shape[:2]} differs from the first frame's {tuple(self.src_size)}")
-            out.append(_resize(frame, size))
-        return np.stack(out)
+        return np.stack([self._frame(i, size) for i in indices])
 
 
 def _jpeg_subsampled(path: Path) -> bool:

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from core.atomic import atomic_path, json_safe, write_json_atomic
 from core.device import select_device, select_dtype
 from core.errors import AtelierError, InputError
+from core import jsontext
 # the config side lives in a torch-free module (the CLI's parsers and argument checks); re-exported here
 from pipelines.config import LOAD_ERRORS, ComponentSpec, PipelineConfig, check_range, check_seed, loading_errors, setting  # noqa: F401
 
@@ -405,7 +406,7 @@ def read_index(directory: str | Path) -> tuple[dict, Path]:
     if not index_path.is_file():
         raise InputError("pipeline", str(directory), f"no {INDEX_FILE} here; pass a directory written by save_pretrained")
     try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
+        index = jsontext.loads(index_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InputError(str(index_path), "unreadable JSON", f"the file is damaged or truncated ({e}); re-save the pipeline") from None
     except OSError as e:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from core.errors import InputError
-from core.values import check_finite, parse_bool
+from core.values import check_finite, check_text, parse_bool
 
 if TYPE_CHECKING:
     import numpy as np
@@ -226,6 +226,7 @@ class PipelineApp:
         comp = {flag: slot for slot, flag in self.components.items()}
         inputs, config, components, options = {}, {}, {}, {}
         for key, value in args.items():
+            check_text(key, value)  # before anything reads it: a prompt of non-UTF-8 bytes is the user's to fix
             if key in names_in:
                 inputs[key] = value
             elif key in settings:

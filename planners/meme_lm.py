@@ -237,7 +237,7 @@ class BuiltinMemeWriter:
             raise MediaError(path, "not a builtin meme writer folder", "pass a folder written by BuiltinMemeWriter.save_pretrained "
                                                                       "(e.g. `atelier train humor-sft`), or 'builtin'")
         model = LlamaForCausalLM.from_pretrained(path, use_safetensors=True).to(select_device(device))
-        return cls(model, AutoTokenizer.from_pretrained(path), name_slots=writer_uses_name_slots(path), topics=writer_topics(path),
+        return cls(model, AutoTokenizer.from_pretrained(path, trust_remote_code=False), name_slots=writer_uses_name_slots(path), topics=writer_topics(path),
                    topic_slot=writer_uses_topic_slot(path))
 
     def save_pretrained(self, path: str | Path, metadata: dict | None = None) -> Path:

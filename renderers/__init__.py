@@ -17,6 +17,8 @@ Modules (moved from the table of docs/ARCHITECTURE.md):
   rectified flow; an optional plan draft, an MLP from each plan token or a CNN over each plan frame's token
   grid to its pixels, fed to the target tokens and, with `draft_residual`, the base the clean-frame prediction
   corrects [PROPOSED]
+- `autoencoder.py`: the builtin world's autoencoder (diffusers `AutoencoderKL`, 4x per side, 8 latent channels,
+  no attention) and its normalised latents: the space a latent builtin renderer denoises in [PROPOSED]
 - `meme.py`: HUMOR's meme rendering: text into a template's boxes, wrapped and auto-sized by binary search,
   white with a black outline, deterministic, any unicode the TrueType font covers (missing glyphs reported,
   never an error); `template_boxes` layouts

@@ -97,7 +97,7 @@ def load_official_renderer(root: str | Path, ckpt: ShardedCheckpoint | None = No
     with empty_module():
         t5 = UMT5EncoderModel(UMT5Config.from_pretrained(str(root / "t5_text_encoder")))
     t5 = _prefixed(t5, ckpt, T5_PREFIX, where, dt, dev).eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(root / "t5_tokenizer"))
+    tokenizer = AutoTokenizer.from_pretrained(str(root / "t5_tokenizer"), trust_remote_code=False)  # UMT5: no code
     check_library_folder(root / "vae", AutoencoderKLWan)
     vae = AutoencoderKLWan.from_pretrained(root / "vae", torch_dtype=torch.float32).eval()
     scheduler = _load_scheduler(root / "scheduler")

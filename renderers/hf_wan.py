@@ -347,7 +347,7 @@ class WanRenderer:
         if (root / "text_encoder").is_dir() and (root / "tokenizer").is_dir():
             from transformers import AutoTokenizer, UMT5EncoderModel
 
-            tokenizer = AutoTokenizer.from_pretrained(root / "tokenizer")
+            tokenizer = AutoTokenizer.from_pretrained(root / "tokenizer", trust_remote_code=False)  # Wan's UMT5: no code
             text_encoder = UMT5EncoderModel.from_pretrained(root / "text_encoder", dtype=dt).eval()
         renderer = cls(transformer, vae, scheduler, text_encoder, tokenizer, transformer_2, cfg)
         return renderer.to(device=dev)

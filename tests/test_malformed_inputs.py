@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image, PngImagePlugin
 
 from app.batch import run_batch
 from app.cli import main
@@ -36,11 +38,25 @@ def media(tmp_path_factory):
     (d / "folder.mp4").mkdir()
     bad["folder"] = d / "folder.mp4"
     bad["missing"] = d / "missing.mp4"
+    # Safety III: inputs that block or never end, a metadata bomb, and a picture no encoder or viewer takes
+    bad["fifo"] = d / "pipe.mp4"
+    os.mkfifo(bad["fifo"])  # opening it would block forever: refused from its stat
+    bad["device"] = Path("/dev/zero")
+    bad["text-bomb"], bad["thin"] = d / "bomb.png", d / "thin.png"
+    text_chunk_bomb(bad["text-bomb"])
+    Image.fromarray(np.zeros((1, 2000, 3), np.uint8)).save(bad["thin"])  # 2000:1
     large = np.zeros((2, 128, 128, 3), np.uint8)
     large[:, 32:64, 32:64] = 200
     (d / "grand ☃").mkdir()
     big = {"good": write_video(d / "large.mp4", large, fps=10), "unicode": write_video(d / "grand ☃" / "image ünï.mp4", large, fps=10)}
     return {"good": good, "unicode": unicode, "bad": bad, "dir": d, "large": big, "figure": figure_clips(d)}
+
+
+def text_chunk_bomb(path) -> None:
+    """An 8 KB PNG whose compressed text chunk inflates to 8 MiB, past PIL's limit (which raises ValueError)."""
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Comment", "A" * (8 << 20), zip=True)
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(path, pnginfo=info)
 
 
 def figure_clips(d) -> dict:

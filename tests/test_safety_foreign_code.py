@@ -6,6 +6,8 @@ foreign training checkpoints. Each case goes through the CLI and must end in one
 
 from __future__ import annotations
 
+import argparse
+import ast
 import importlib.util
 import json
 import os
@@ -329,3 +331,65 @@ def test_train_refuses_a_checkpoint_that_is_not_its_own(tmp_path, marker, capsys
     out, ck = vit_run_folder(tmp_path / "b", own, {"step": LivePickle(marker)})
     err = clean_run(["train", "vit", "--steps", "2", "--out", str(out)], capsys, "--out", marker)
     assert "--no-resume" in err and str(ck) in err
+
+
+# ---------------------------------------------------------------- training checkpoints and the letter of every option
+
+CODE_DIRS = ("app", "core", "pipelines", "planners", "renderers", "trackers", "training", "scorers", "worldgen", "benchmarks")
+
+
+def _calls_loading_auto_classes():
+    """Every ``Auto*.from_pretrained(...)`` call of transformers in the code (diffusers' ``AutoencoderKL*`` hold no code)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for d in CODE_DIRS:
+        for path in sorted((root / d).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                f = node.func if isinstance(node, ast.Call) else None
+                if (isinstance(f, ast.Attribute) and f.attr == "from_pretrained" and isinstance(f.value, ast.Name)
+                        and f.value.id.startswith("Auto") and not f.value.id.startswith("Autoencoder")):
+                    yield f"{path.relative_to(root)}:{node.lineno}", node
+
+
+def test_every_auto_class_load_passes_the_users_flag_or_false():
+    calls = list(_calls_loading_auto_classes())
+    assert len(calls) >= 10  # the scan sees the loaders (planners/hf.py, training/humor_*.py, the official layouts)
+    for where, node in calls:
+        flag = next((k for k in node.keywords if k.arg == "trust_remote_code"), None)
+        assert flag is not None, f"{where}: pass trust_remote_code explicitly (the user's flag, or False for our own folders)"
+        assert not (isinstance(flag.value, ast.Constant) and flag.value.value is True), f"{where}: never trust_remote_code=True"
+
+
+def test_train_refuses_a_remote_code_sft_folder_without_asking(tmp_path, marker):
+    folder = remote_code_folder(tmp_path, marker)
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "train", "humor-rl", "--sft", str(folder), "--out", str(tmp_path / "rl"),
+                           "--steps", "1"], capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env, timeout=300)
+    assert proc.returncode == 2 and "--trust-remote-code" in proc.stderr and "Traceback" not in proc.stderr
+    assert not marker.exists() and not (tmp_path / "rl").exists()  # nothing ran, nothing was written
+
+
+def test_no_command_line_takes_an_abbreviated_option():
+    from pathlib import Path
+
+    from app.cli import build_parser
+
+    root = Path(__file__).resolve().parents[1]
+    plain = [str(p.relative_to(root)) for d in CODE_DIRS for p in sorted((root / d).rglob("*.py"))
+             if "argparse.ArgumentParser(" in p.read_text() and p.name != "arguments.py"]
+    assert plain == [], "build parsers with core.arguments.StrictParser (no abbreviations)"
+    parser = build_parser("*")
+    todo, seen = [parser], 0
+    while todo:
+        p = todo.pop()
+        assert p.allow_abbrev is False, p.prog
+        seen += 1
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo += list(action.choices.values())
+    assert seen > 20  # every verb's parser was walked
+    for argv in (["segment", "clip.mp4", "a query", "--trust"], ["ask", "clip.mp4", "why?", "--tr"], ["train", "vit", "--no-res"]):
+        with pytest.raises(SystemExit) as exit_:
+            parser.parse_args(argv)
+        assert exit_.value.code == 2

@@ -10,11 +10,9 @@ from benchmarks.user_path import UserPath
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 METHOD_BENCHMARKS = ("clear", "gridprobe", "bernini", "anymotion", "humor", "latent_reasoning")
-NOT_YET = {"bernini", "humor"}  # issue 58: still on raw frames
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="issue 58: still measured on raw frames"))
-                                  if n in NOT_YET else n for n in METHOD_BENCHMARKS])
+@pytest.mark.parametrize("name", METHOD_BENCHMARKS)
 def test_every_method_benchmark_runs_its_headline_through_the_user_path(name):
     source = (BENCHMARKS / f"{name}.py").read_text()
     assert "from benchmarks.user_path import UserPath" in source and "user.run(" in source

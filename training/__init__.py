@@ -16,6 +16,10 @@ Modules (moved from the table of docs/ARCHITECTURE.md):
   recipe, `train_vlm`, `python -m training.vlm`
 - `instances.py`: CLEAR's builtin instance reasoner on train-split vrs tracks, degraded like a tracker's; eval
   and card
+- `codec.py`: the user's path as augmentation: frames through H.264 yuv420p, stills through JPEG, read back
+  with the CLI's loader
+- `autoencoder.py`: the builtin world's autoencoder on the Bernini pools' frames, a share through the codec;
+  the issue's gate (VAL PSNR and the classic judge on reconstructions), card
 - `bernini_data.py`: cached worldgen t2v / edit / ref2v pools with builtin-ViT plan targets
 - `renderer.py`: the builtin renderer on ground-truth plans, judged by the classic judge; or fine-tuned from a
   saved one with `--init`, other noise levels, the plan draft and `--draft-only`, its first stage

@@ -8,6 +8,7 @@ are such folders; a run writes there only when the caller names that folder.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import json
 import logging
@@ -139,7 +140,7 @@ def parse_entry_point(model: str, see: str, steps: int, argv, extra: Callable[[a
     """``python -m training.MODEL``'s command line (--out, --steps, --no-resume, and what ``extra`` adds),
     logging to stderr: returns (the arguments, the checked output folder)."""
     name = {"vit": "ViT", "vlm": "VLM"}[model]
-    ap = argparse.ArgumentParser(prog=f"python -m training.{model}", description=f"Train the built-in {name} (see {see}); {' '.join(TRAINING_TIME[model])}")
+    ap = StrictParser(prog=f"python -m training.{model}", description=f"Train the built-in {name} (see {see}); {' '.join(TRAINING_TIME[model])}")
     ap.add_argument("--out", help=f"output folder (default {default_out(model)}; the shipped weights only when named)")
     ap.add_argument("--steps", type=int, help=f"optimisation steps (default {steps}, or the resumed run's)")
     ap.add_argument("--no-resume", action="store_true")
@@ -231,7 +232,7 @@ def training_parser(prog: str, description: str, default_out: str) -> "argparse.
     --tiny, --no-resume, --eval-only (a script adds its own)."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap = StrictParser(prog=prog, description=description)
     ap.add_argument("--out", default=default_out)
     ap.add_argument("--steps", type=int, help="total optimisation steps (the cosine schedule's length)")
     ap.add_argument("--pool", type=int, help="TRAIN items generated for the run")

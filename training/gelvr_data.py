@@ -21,6 +21,7 @@ Slot targets, from the record's ``evidence_box`` and where its anchor and target
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import json
 import logging
 from dataclasses import dataclass
@@ -205,7 +206,7 @@ def main(argv=None) -> int:
     """Fill a split's feature cache, one process per ``--shard i/n`` (chunk c goes to shard c % n)."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m training.gelvr_data", description=main.__doc__)
+    ap = StrictParser(prog="python -m training.gelvr_data", description=main.__doc__)
     ap.add_argument("--split", default="train", choices=("train", "val", "test"))
     ap.add_argument("--items", type=int, required=True)
     ap.add_argument("--image-tokens", choices=("cells", "objects"), default="objects")

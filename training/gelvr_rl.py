@@ -13,6 +13,7 @@ sequence, its ratio and its KL have no place in it.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import copy
 import json
@@ -236,7 +237,7 @@ def train_rl(out: str | Path, init: str | Path, recipe: RLRecipe = RLRecipe(), c
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m training.gelvr_rl", description=__doc__.splitlines()[0])
+    ap = StrictParser(prog="python -m training.gelvr_rl", description=__doc__.splitlines()[0])
     ap.add_argument("--init", required=True, help="a GeLVR SFT run's folder (what `atelier train gelvr-sft` writes)")
     ap.add_argument("--out", default="outputs/train/gelvr_rl")
     ap.add_argument("--latent-policy", choices=("vmf", "gaussian", "replay"), default="vmf")

@@ -14,6 +14,7 @@ Batches are a function of the step and checkpoints hold the optimiser, so a stop
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import json
 import logging
@@ -376,7 +377,7 @@ def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), cache: str | Pat
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m training.gelvr_sft", description=__doc__.splitlines()[0])
+    ap = StrictParser(prog="python -m training.gelvr_sft", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="outputs/train/gelvr_sft")
     ap.add_argument("--variant", choices=VARIANTS, default="full")
     ap.add_argument("--steps", type=int)

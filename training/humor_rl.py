@@ -57,6 +57,7 @@ measured on them); a rerun with the same OUT resumes from the last one.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import json
 import logging
@@ -269,9 +270,23 @@ def _suppress_topic_slot(args, tokenizer, recipe: RLRecipe, topic_slot: bool):
     return args
 
 
-def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), reward_model: Any = "builtin", resume: bool = True) -> dict:
+def _load_policy(sft: str | Path, builtin: bool, trust_remote_code: bool) -> tuple[Any, Any]:
+    """The writer RL starts from and its tokenizer / processor: the builtin writer (our own folder, never code), or a
+    transformers VLM, whose own code runs only with the user's flag."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor, AutoTokenizer, LlamaForCausalLM
+
+    from core.errors import loading_checkpoint
+
+    if builtin:
+        return LlamaForCausalLM.from_pretrained(sft, use_safetensors=True), AutoTokenizer.from_pretrained(sft, trust_remote_code=False)
+    with loading_checkpoint("--sft", sft):  # the user's flag decides, never a prompt in the terminal
+        model = AutoModelForImageTextToText.from_pretrained(sft, use_safetensors=True, trust_remote_code=trust_remote_code)
+        return model, AutoProcessor.from_pretrained(sft, trust_remote_code=trust_remote_code)
+
+
+def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), reward_model: Any = "builtin", resume: bool = True,
+             trust_remote_code: bool = False) -> dict:
     from datasets import Dataset
-    from transformers import AutoTokenizer, LlamaForCausalLM
     from trl import GRPOTrainer
 
     from planners.meme_cot import build_prompt
@@ -292,6 +307,8 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
     if recipe.distinct_weight < 0:
         raise InputError("distinct_weight", recipe.distinct_weight, "pass a non-negative weight of the distinct reward (0: off)")
     recipe = RLRecipe(**{**asdict(recipe), "held_out": check_held_out(recipe.held_out)})
+    builtin = (Path(sft) / MARKER).exists()
+    model, processing = _load_policy(sft, builtin, trust_remote_code)  # before anything is written: a bad --sft fails first
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "train_config.json", {"model": KIND, "recipe": asdict(recipe)})
@@ -300,19 +317,12 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
     rm = load_reward_model(reward_model)
     images = {s.index: s.still for s in scenes}
     topics = [prompt_topic(s, recipe.topic_rate, recipe.seed) for s in scenes]
-    builtin = (Path(sft) / MARKER).exists()
     slots = builtin and writer_uses_name_slots(sft)
     topic_slot = builtin and writer_uses_topic_slot(sft)
     if builtin:  # the builtin writer: a text-only causal LM reading the perception text
-        processing = AutoTokenizer.from_pretrained(sft)
-        model = LlamaForCausalLM.from_pretrained(sft, use_safetensors=True)
         rows = [{"prompt": lm_prompt(s.perception, t, 3), "scene": s.index, "num_boxes": 2} for s, t in zip(scenes, topics)]
     else:  # a transformers VLM (e.g. Qwen2.5-VL): the image itself, asked with build_prompt (TRL's image column)
         from PIL import Image
-        from transformers import AutoModelForImageTextToText, AutoProcessor
-
-        processing = AutoProcessor.from_pretrained(sft)
-        model = AutoModelForImageTextToText.from_pretrained(sft, use_safetensors=True)
 
         def text(topic):
             return build_prompt("the meme template in the image", 2, None, topic, 3)[0].content[0].text
@@ -355,7 +365,7 @@ def train_rl(out: str | Path, sft: str | Path, recipe: RLRecipe = RLRecipe(), re
 def main(argv=None) -> int:
     from training.humor_sft import add_hold_out_argument
 
-    ap = argparse.ArgumentParser(prog="python -m training.humor_rl", description=__doc__.splitlines()[0])
+    ap = StrictParser(prog="python -m training.humor_rl", description=__doc__.splitlines()[0])
     ap.add_argument("--sft", default="outputs/train/humor_sft", help="the SFT writer folder (the policy's start and the KL reference)")
     ap.add_argument("--out", default="outputs/train/humor_rl")
     ap.add_argument("--reward-model", default="builtin")

@@ -28,6 +28,7 @@ every ``save_every`` steps in OUT/run/checkpoint.pt (``torch.load(weights_only=T
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import json
 import logging
@@ -216,7 +217,7 @@ def train_rm(out: str | Path, recipe: RMRecipe = RMRecipe(), resume: bool = True
 def main(argv=None) -> int:
     from training.humor_sft import add_hold_out_argument
 
-    ap = argparse.ArgumentParser(prog="python -m training.humor_rm", description=__doc__.splitlines()[0])
+    ap = StrictParser(prog="python -m training.humor_rm", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="outputs/train/humor_rm")
     ap.add_argument("--steps", type=int)
     ap.add_argument("--hallucination-share", type=float, help="share of each batch that pairs a real caption with "

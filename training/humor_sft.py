@@ -20,6 +20,7 @@ Trainer restore the optimiser, scheduler, RNG and data order). The final model i
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import json
 import logging
@@ -78,7 +79,8 @@ def sft_config(out: Path, recipe: SFTRecipe, **overrides):
     return SFTConfig(**{**kw, **overrides})
 
 
-def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), base: str | None = None, resume: bool = True) -> dict:
+def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), base: str | None = None, resume: bool = True,
+              trust_remote_code: bool = False) -> dict:
     """Train the writer; returns the run's facts (also in OUT/train_summary.json)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -99,10 +101,14 @@ def train_sft(out: str | Path, recipe: SFTRecipe = SFTRecipe(), base: str | None
                       topic_rate=recipe.topic_rate)
     tok_dir = out / "run" / "tokenizer"
     if base is not None:
-        tokenizer, model = AutoTokenizer.from_pretrained(base), AutoModelForCausalLM.from_pretrained(base)
+        from core.errors import loading_checkpoint
+
+        with loading_checkpoint("base", base):  # the user's flag decides, never a prompt in the terminal
+            tokenizer = AutoTokenizer.from_pretrained(base, trust_remote_code=trust_remote_code)
+            model = AutoModelForCausalLM.from_pretrained(base, trust_remote_code=trust_remote_code)
     else:
         if (tok_dir / "tokenizer.json").exists():
-            tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+            tokenizer = AutoTokenizer.from_pretrained(tok_dir, trust_remote_code=False)  # the tokenizer this run wrote
         else:
             tokenizer = train_tokenizer([r["prompt"] + r["completion"] for r in rows])
             if recipe.topic_slot:
@@ -152,7 +158,7 @@ def add_hold_out_argument(ap: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m training.humor_sft", description=__doc__.splitlines()[0])
+    ap = StrictParser(prog="python -m training.humor_sft", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="outputs/train/humor_sft")
     ap.add_argument("--steps", type=int)
     ap.add_argument("--scenes", type=int)

@@ -9,6 +9,7 @@ Also runnable as ``python -m worldgen.cli``.
 
 from __future__ import annotations
 
+from core.arguments import StrictParser
 import argparse
 import dataclasses
 import json
@@ -18,12 +19,12 @@ import time
 from pathlib import Path
 
 from core.atomic import write_json_atomic
-from core.errors import AtelierError
+from core.errors import AtelierError, InputError
 from core.outputs import check_folder, publish_folder
 from core.paths import check_output_dir
 from worldgen import tasks
 from worldgen.export import export_sample, jsonl_line, write_davis
-from worldgen.tasks.base import SPLIT_OFFSETS, split_seed
+from worldgen.tasks.base import SPLIT_OFFSETS, SPLIT_STRIDE, split_seed
 
 logger = logging.getLogger("worldgen")
 
@@ -63,6 +64,10 @@ def run(args) -> int:
     if not 0 <= args.seed < 10**9:
         logger.error("invalid --seed=%r: use 0 <= seed < 10**9 (larger ranges belong to other splits)", args.seed)
         return 2
+    if args.seed + args.n > SPLIT_STRIDE:  # item i's world is seed + i of the split's range: past it lies another split
+        logger.error("invalid --n=%r: --seed %d + --n must stay within the split's %s worlds; ask for fewer items", args.n, args.seed,
+                     f"{SPLIT_STRIDE:,}")
+        return 2
     if args.size is not None and not 16 <= args.size <= 1024:
         logger.error("invalid --size=%r: use 16..1024 pixels", args.size)
         return 2
@@ -85,6 +90,8 @@ def run(args) -> int:
         for i in _progress(range(args.n), args.task):
             sample = mod.generate(split_seed(args.split, args.seed, i), cfg)
             rec = export_sample(sample, media, f"{i:06d}", masks=args.masks)
+            if i == 0:
+                check_disk_room(out, stage, args.n)
             if getattr(args, "davis", False):
                 for name, world in sample.worlds.items():
                     write_davis(world, media / "davis", f"{i:06d}_{name}")
@@ -110,6 +117,18 @@ def run(args) -> int:
     return 0
 
 
+def check_disk_room(out: Path, stage: Path, n: int) -> None:
+    """After the first item: the run's whole size, estimated from that item's files, must fit the free disk with a
+    margin; else it stops now (the staging folder goes) rather than filling the disk."""
+    import shutil
+
+    first = sum(p.stat().st_size for p in stage.rglob("*") if p.is_file())
+    need, free = int(first * n * 1.1), shutil.disk_usage(out).free
+    if need > free:
+        raise InputError("--n", n, f"{n:,} items need about {need / 1e9:,.1f} GB ({first / 1e3:,.0f} KB each) and the disk at {out} "
+                                   f"has {free / 1e9:,.1f} GB free; ask for fewer items or write elsewhere")
+
+
 def _progress(it, task: str):
     try:
         from tqdm import tqdm
@@ -120,7 +139,7 @@ def _progress(it, task: str):
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    parser = argparse.ArgumentParser(prog="python -m worldgen.cli", description=__doc__.split("\n")[0])
+    parser = StrictParser(prog="python -m worldgen.cli", description=__doc__.split("\n")[0])
     add_arguments(parser)
     try:
         return run(parser.parse_args(argv))

@@ -126,9 +126,10 @@ def load_official_planner(root: str | Path, ckpt: ShardedCheckpoint | None = Non
     ckpt = ckpt or ShardedCheckpoint.open(root / "bernini")
     dev = select_device(device)
     dt = None if dtype == "stored" else select_dtype(dtype, dev)
-    processor = AutoProcessor.from_pretrained(str(mllm))
+    # the release's mllm/ is Qwen2.5-VL, which transformers holds: its folder is data, never code
+    processor = AutoProcessor.from_pretrained(str(mllm), trust_remote_code=False)
     with empty_module():
-        qwen = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(str(mllm)))
+        qwen = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(str(mllm), trust_remote_code=False))
     names = {qwen_name(k[len(MLLM_PREFIX):]): k for k in ckpt.keys() if k.startswith(MLLM_PREFIX)}
     load_strict(qwen, ckpt, names, f"{root / 'bernini'} (mllm.)", dtype=dt,
                 official_name=lambda n: MLLM_PREFIX + official_qwen_name(n))
