@@ -86,10 +86,11 @@ def test_a_quoted_value_is_capped(tmp_path):
     assert len(message) < 400 and "characters)" in message
 
 
-def test_a_full_disk_met_inside_a_library_is_said_as_such(media, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("verb", sorted(apps()))
+def test_a_full_disk_met_inside_a_library_is_said_as_such(verb, media, tmp_path, capsys, monkeypatch):
     from safetensors import SafetensorError
 
-    app = apps()["segment"]
+    app = apps()[verb]
 
     def full(*a, **k):
         raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: \"No space left on device\" })")
@@ -104,8 +105,12 @@ STAGES = [("core.paths", "check_output_dir"), ("core.outputs", "check_folder"), 
           ("core.outputs", "_write_marker"), ("core.outputs", "_remove_empty_parents")]
 
 
-@pytest.mark.parametrize("module, function", STAGES)
-@pytest.mark.parametrize("verb", ["segment", "meme"])
+# every stage for two verbs; for every verb the two inside the publishing of its files (after its compute)
+STOPS = [(v, m, f) for v in ("segment", "meme") for m, f in STAGES] + \
+        [(v, m, f) for v in sorted(apps()) if v not in ("segment", "meme") for m, f in STAGES[2:4]]
+
+
+@pytest.mark.parametrize("verb, module, function", STOPS)
 def test_a_stop_at_every_stage_of_output_handling_leaves_only_what_was_there(verb, module, function, media, tmp_path, capsys, monkeypatch):
     import importlib
 
