@@ -68,6 +68,7 @@ from renderers.guidance import Branch, CascadeGuidance, GuidanceScales
 logger = logging.getLogger(__name__)
 
 KIND = "builtin-renderer"
+AUTOENCODER_DIR = "autoencoder"  # the latent mode's autoencoder, inside the renderer's folder
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights" / "builtin" / "renderer"
 StepInfoCallback = Callable[[int, dict[str, Any]], None]
 
@@ -117,6 +118,12 @@ class BuiltinRendererConfig:
     # [PROPOSED] the target's clean-frame prediction is the draft (interpolated in time) plus the network's output,
     # where the plan is kept: the DiT then corrects a drawing instead of making one (needs prediction="x")
     draft_residual: bool = False
+    # [PROPOSED, issue 61] the space the DiT denoises: 0, RGB pixels; C > 0, the normalised latents (C channels, each
+    # side 1/latent_factor) of the builtin world's autoencoder (renderers/autoencoder.py, saved in the renderer's
+    # folder as autoencoder/), whose convolutional decoder draws the detail, as Wan's VAE does. ``patch`` then counts
+    # latent pixels: 2 puts a 64x64 clip's tokens on the 8x8 grid of its plan tokens
+    latent_channels: int = 0
+    latent_factor: int = 4
 
     def __post_init__(self) -> None:
         for name in ("image_size", "num_frames", "patch", "width", "depth", "heads", "mlp_ratio", "text_dim",
@@ -138,6 +145,15 @@ class BuiltinRendererConfig:
                 raise InputError(name, v, "use 0 (off) or a positive integer")
         if self.source_residual and self.prediction != "x":
             raise InputError("source_residual", True, "needs prediction='x' (the residual is on the clean frame)")
+        for name in ("latent_channels", "latent_factor"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "latent_channels" else 1):
+                raise InputError(name, v, "use 0 (pixels) or a positive integer" if name == "latent_channels" else "use a positive integer")
+        if self.latent_channels and (self.plan_draft or self.pose_channels):
+            raise InputError("latent_channels", self.latent_channels, "the plan draft and the pose guider draw pixels: use them "
+                                                                    "with latent_channels=0")
+        if self.image_size % self.token_pixels:
+            raise InputError("image_size", self.image_size, f"use a multiple of a token's {self.token_pixels} pixels")
         if not isinstance(self.plan_draft, int) or isinstance(self.plan_draft, bool) or self.plan_draft < 0:
             raise InputError("plan_draft", self.plan_draft, "use 0 (off) or the draft's hidden width, e.g. 128")
         if self.plan_draft and self.patch != self.plan_patch:
@@ -157,8 +173,18 @@ class BuiltinRendererConfig:
         return self.width // self.heads
 
     @property
+    def channels(self) -> int:
+        """Channels of the space the DiT denoises: RGB, or the autoencoder's latents."""
+        return self.latent_channels or 3
+
+    @property
+    def token_pixels(self) -> int:
+        """Image pixels a token covers per side."""
+        return self.patch * (self.latent_factor if self.latent_channels else 1)
+
+    @property
     def patch_values(self) -> int:
-        return self.patch * self.patch * 3
+        return self.patch * self.patch * self.channels
 
 
 def plan_frame_indices(num_frames: int, plan_frames: int) -> list[int]:
@@ -213,14 +239,14 @@ def patchify(x: torch.Tensor, patch: int) -> torch.Tensor:
     return x.reshape(*lead, (h // patch) * (w // patch), patch * patch * c)
 
 
-def unpatchify(x: torch.Tensor, patch: int, height: int, width: int) -> torch.Tensor:
-    """Inverse of ``patchify``: ``(..., N, p*p*3)`` -> ``(..., H, W, 3)``."""
+def unpatchify(x: torch.Tensor, patch: int, height: int, width: int, channels: int = 3) -> torch.Tensor:
+    """Inverse of ``patchify``: ``(..., N, p*p*C)`` -> ``(..., H, W, C)``."""
     *lead, _, _ = x.shape
     gh, gw = height // patch, width // patch
-    x = x.reshape(*lead, gh, gw, patch, patch, 3)
+    x = x.reshape(*lead, gh, gw, patch, patch, channels)
     n = len(lead)
     x = x.permute(*range(n), n, n + 2, n + 1, n + 3, n + 4)
-    return x.reshape(*lead, height, width, 3)
+    return x.reshape(*lead, height, width, channels)
 
 
 # ---------------------------------------------------------------------------- the model inputs
@@ -527,6 +553,7 @@ class BuiltinRenderer(CacheMixin, nn.Module):
         self.head = nn.Linear(d, c.patch_values)
         self._init_weights()
         self._text_encoder = None
+        self._autoencoder: list = []  # latent mode: [the AutoencoderKL], kept out of this module's weights and state_dict
         self.mag_ratios: dict[str, list[float]] | None = None  # MagCache's, from calibrate_mag_cache (not saved)
 
     def _init_weights(self) -> None:
@@ -556,6 +583,46 @@ class BuiltinRenderer(CacheMixin, nn.Module):
     @property
     def device(self) -> torch.device:
         return self.head.weight.device
+
+    # ---- the space it denoises (pixels, or the autoencoder's latents)
+
+    @property
+    def autoencoder(self):
+        """The latent mode's autoencoder (None in pixel mode)."""
+        return self._autoencoder[0] if self._autoencoder else None
+
+    def attach_autoencoder(self, vae) -> None:
+        """Use ``vae`` (``renderers.autoencoder``) for the latent mode; its latents must have ``latent_channels``."""
+        c = self.config
+        if not c.latent_channels:
+            raise InputError("autoencoder", type(vae).__name__, "this renderer denoises pixels (latent_channels=0)")
+        if vae.config.latent_channels != c.latent_channels or 2 ** (len(vae.config.block_out_channels) - 1) != c.latent_factor:
+            raise InputError("autoencoder", f"{vae.config.latent_channels} channels at 1/{2 ** (len(vae.config.block_out_channels) - 1)}",
+                             f"this renderer reads {c.latent_channels} channels at 1/{c.latent_factor}")
+        self._autoencoder[:] = [vae.to(self.device).eval().requires_grad_(False)]
+
+    def to_space(self, frames: np.ndarray) -> torch.Tensor:
+        """uint8 frames ``(..., H, W, 3)`` -> the DiT's space: pixels in [-1, 1], or normalised latents ``(..., h, w, C)``."""
+        if not self.config.latent_channels:
+            return frames_to_tensor(frames)
+        from renderers.autoencoder import encode_frames
+
+        if self.autoencoder is None:
+            raise InputError("autoencoder", None, "this renderer denoises latents: load it with from_pretrained or attach_autoencoder")
+        lead, (h, w) = frames.shape[:-3], frames.shape[-3:-1]
+        z = encode_frames(self.autoencoder, np.asarray(frames).reshape(-1, h, w, 3))  # (N, C, h', w')
+        return z.permute(0, 2, 3, 1).reshape(*lead, *z.shape[2:], z.shape[1]).cpu()
+
+    def from_space(self, x: torch.Tensor) -> np.ndarray:
+        """The DiT's space ``(..., h, w, C)`` -> uint8 frames ``(..., H, W, 3)``."""
+        if not self.config.latent_channels:
+            return tensor_to_frames(x)
+        from renderers.autoencoder import decode_latents
+
+        lead = x.shape[:-3]
+        vae_device = next(self.autoencoder.parameters()).device
+        frames = decode_latents(self.autoencoder, x.reshape(-1, *x.shape[-3:]).permute(0, 3, 1, 2).to(vae_device).float())
+        return frames.reshape(*lead, *frames.shape[1:])
 
     # ---- the forward
 
@@ -701,7 +768,8 @@ class BuiltinRenderer(CacheMixin, nn.Module):
              token_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """Rectified-flow loss (``flow.flow_matching_loss``) on the target tokens only (spec b.7).
 
-        ``target``: clean target frames ``(B, F, H, W, 3)`` in [-1, 1]; ``cond`` as in ``forward``.
+        ``target``: the clean target in the DiT's space (``to_space``): frames ``(B, F, H, W, 3)`` in [-1, 1], or the
+        autoencoder's normalised latents ``(B, F, h, w, C)``; ``cond`` as in ``forward``.
         ``token_weight`` ``(B, F, N)``: a weight per target token (regional loss amplification, as MimicMotion
         weights hands and faces; each sample's loss is then the weighted mean over its target tokens).
         sigma and noise come from ``generator`` alone. The loss is computed over the packed sequence
@@ -776,9 +844,9 @@ class BuiltinRenderer(CacheMixin, nn.Module):
     # ---- generation
 
     def _check_size(self, name: str, value: Any) -> int:
-        m = math.lcm(self.config.patch, self.config.plan_patch)
+        m = math.lcm(self.config.token_pixels, self.config.plan_patch)
         if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < m or value % m:
-            raise InputError(name, value, f"use a positive multiple of {m} (the renderer's patch {self.config.patch} "
+            raise InputError(name, value, f"use a positive multiple of {m} (the renderer's tokens of {self.config.token_pixels} "
                                           f"and the plan's {self.config.plan_patch} pixels)")
         return int(value)
 
@@ -973,13 +1041,14 @@ class BuiltinRenderer(CacheMixin, nn.Module):
         branches = guide.branches if guide is not None else (Branch("cond", "wvae", "wtxt_wvit"),)
 
         p = c.patch
-        video_t = None if video is None else patchify(frames_to_tensor(video), p)[None]
-        refs_t = None if not refs else patchify(frames_to_tensor(np.stack(refs)), p)[None]
+        video_t = None if video is None else patchify(self.to_space(video), p)[None]
+        refs_t = None if not refs else patchify(self.to_space(np.stack(refs)), p)[None]
+        gh, gw = height // c.token_pixels, width // c.token_pixels
         # cached: one branch a forward, so each reads and writes only its own cache context
         sets = [[br] for br in branches] if cache_settings is not None else [list(branches)]
         groups = [(names, cond.to(self.device)) for subset in sets for names, cond in
                   self._branch_groups(subset, plan_t, text_t, text_mask, video_t, refs_t, source_id, ref_ids, pose_t, queries_t)]
-        n = (height // p) * (width // p)
+        n = gh * gw
         noise = flow.initial_noise((1, frames, n, c.patch_values), gen, device=self.device)
         scheduler = flow.make_scheduler("euler", c.sample_shift if shift is None else shift)
         state: dict[str, torch.Tensor] = {}
@@ -990,7 +1059,7 @@ class BuiltinRenderer(CacheMixin, nn.Module):
                 k = len(names)
                 xs, sig = x.expand(k, -1, -1, -1), sigma.to(self.device).reshape(1).expand(k)
                 with caching.branch_context(self, "+".join(names)):
-                    v = self.velocity(self(xs, sig, cond, grid=(height // p, width // p)), xs, sig)
+                    v = self.velocity(self(xs, sig, cond, grid=(gh, gw)), xs, sig)
                 preds.update(zip(names, v.chunk(k)))
             vel = guide.combine(preds) if guide is not None else preds["cond"]
             state["denoised"] = x - sigma.to(x) * vel
@@ -1007,7 +1076,7 @@ class BuiltinRenderer(CacheMixin, nn.Module):
                 self.mag_ratios = run.calibration()
         if output_type == "tokens":
             return tokens
-        return tensor_to_frames(unpatchify(tokens[0], p, height, width))
+        return self.decode_tokens(tokens[0], height, width)
 
     def calibrate_mag_cache(self, *args: Any, **kwargs: Any) -> dict[str, list[float]]:
         """MagCache's ratios from diffusers' calibration mode: one uncached ``generate(*args, **kwargs)``; kept in
@@ -1018,21 +1087,32 @@ class BuiltinRenderer(CacheMixin, nn.Module):
         return self.mag_ratios
 
     def decode_tokens(self, tokens: torch.Tensor, height: int | None = None, width: int | None = None) -> np.ndarray:
-        """Pixel-patch tokens ``(F, N, P)`` (e.g. a callback's ``denoised[0]``) -> uint8 frames."""
-        h = height or self.config.image_size
-        return tensor_to_frames(unpatchify(tokens, self.config.patch, h, width or h))
+        """Tokens ``(F, N, P)`` in the DiT's space (e.g. a callback's ``denoised[0]``) -> uint8 frames."""
+        c = self.config
+        h = height or c.image_size
+        w = width or h
+        k = c.token_pixels // c.patch  # 1 for pixels, the autoencoder's factor for latents
+        return self.from_space(unpatchify(tokens, c.patch, h // k, w // k, c.channels))
 
     # ---- persistence
 
     def save_pretrained(self, directory: str | Path, metadata: dict | None = None) -> Path:
-        return save_model_folder(directory, KIND, self.config, self.state_dict(), metadata)
+        out = save_model_folder(directory, KIND, self.config, self.state_dict(), metadata)
+        if self.autoencoder is not None:  # the latent mode's autoencoder travels with the renderer
+            self.autoencoder.save_pretrained(Path(out) / AUTOENCODER_DIR)
+        return out
 
     @classmethod
     def from_pretrained(cls, directory: str | Path | None = None, device: str | torch.device | None = None, **_: Any) -> BuiltinRenderer:
         directory = Path(directory) if directory is not None else WEIGHTS_DIR
         model = cls(read_model_config(directory, KIND, BuiltinRendererConfig, "BuiltinRenderer.save_pretrained"))
         model.load_state_dict(load_state_dict(directory / "model.safetensors"))
-        return model.eval().to(device or "cpu")
+        model = model.eval().to(device or "cpu")
+        if model.config.latent_channels:
+            from renderers.autoencoder import load_autoencoder
+
+            model.attach_autoencoder(load_autoencoder(directory / AUTOENCODER_DIR, device=model.device))
+        return model
 
 
 def pad_text(states: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

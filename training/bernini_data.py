@@ -152,9 +152,10 @@ def vit_tokens(vit: Any, frames: np.ndarray, batch_size: int = 256) -> np.ndarra
     return torch.cat(out).reshape(n, h // p, w // p, -1).numpy().astype(np.float16)
 
 
-def _weights_hash(vit_dir: Path) -> str:
+def weights_hash(folder: Path, name: str = "model.safetensors") -> str:
+    """A short hash of the weights file ``name`` in ``folder``: what cached data derived from them is keyed by."""
     h = hashlib.blake2b(digest_size=4)
-    with open(vit_dir / "model.safetensors", "rb") as f:
+    with open(Path(folder) / name, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -258,7 +259,7 @@ def load_pool(task: str, split: str, seed: int, count: int, cfg: DataConfig = Da
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise InputError("count", count, "use a positive number of examples")
     vit_dir = Path(vit_dir) if vit_dir is not None else VIT_DIR
-    path = pool_path(task, split, seed, count, cfg, cache_dir, _weights_hash(vit_dir))
+    path = pool_path(task, split, seed, count, cfg, cache_dir, weights_hash(vit_dir))
     if path.is_file():
         with np.load(path, allow_pickle=False) as z:
             return Pool(task, {k: z[k] for k in z.files}, cfg)

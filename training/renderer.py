@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.atomic import write_json_atomic
+from core.atomic import atomic_path, write_json_atomic
 from core.errors import InputError
 from renderers.builtin import (
     KIND,
@@ -95,6 +95,10 @@ class RendererRecipe:
     # [PROPOSED] train the plan draft alone, by its own loss (the DiT gets no gradient and stays as it was): a draft
     # trained jointly at the DiT's learning rate stayed a grey blur (draft MSE 0.02-0.03 after 1,500 steps)
     draft_only: bool = False
+    # [PROPOSED, issue 61] denoise in the latent space of this autoencoder folder (renderers/autoencoder.py): the
+    # pools' frames, sources and references are encoded once (cached beside the pools); the renderer's config then
+    # needs latent_channels / latent_factor to match it (``--latent`` sets them, with 2x2 patches)
+    autoencoder: str | None = None
 
     def resolved(self) -> RendererRecipe:
         if len(self.mix) != len(TASKS) or any(m < 0 for m in self.mix) or not sum(self.mix) > 0:
@@ -139,11 +143,45 @@ class TextStates:
         return self.states[text]
 
 
+class LatentPools:
+    """The latent mode's pools in the autoencoder's space: each pool's frames, sources and references encoded once
+    (float16 ``(n, F, h, w, C)`` / ``(n, 5, h, w, C)``), cached beside the pools, keyed by the autoencoder's weights."""
+
+    def __init__(self, pools: dict[str, Pool], vae, vae_dir: str | Path, cache: str | Path):
+        from renderers.autoencoder import encode_frames
+        from training.bernini_data import weights_hash
+
+        self.arrays: dict[str, dict[str, np.ndarray]] = {}
+        tag = weights_hash(Path(vae_dir), "diffusion_pytorch_model.safetensors")
+        for task, pool in pools.items():
+            path = Path(cache) / f"latents_{task}_n{len(pool)}_idx{int(pool.index[0])}-{int(pool.index[-1])}_vae{tag}.npz"
+            if path.is_file():
+                with np.load(path, allow_pickle=False) as z:
+                    self.arrays[task] = {k: z[k] for k in z.files}
+                continue
+            arrays = {}
+            for name in ("frames", "source", "refs"):
+                pix = getattr(pool, name)
+                if pix is None:
+                    continue
+                flat = pix.reshape(-1, *pix.shape[-3:])
+                z = torch.cat([encode_frames(vae, flat[i : i + 256]) for i in range(0, len(flat), 256)])
+                arrays[name] = z.permute(0, 2, 3, 1).reshape(*pix.shape[:-3], *z.shape[2:], z.shape[1]).numpy().astype(np.float16)
+            with atomic_path(path) as tmp:
+                np.savez(tmp, **arrays)
+            self.arrays[task] = arrays
+            logger.info("encoded %s's %d items into latents (%s)", task, len(pool), path)
+
+    def get(self, task: str, name: str, idx) -> torch.Tensor:
+        return torch.from_numpy(self.arrays[task][name][idx].astype(np.float32))
+
+
 class Batches:
     """Step-seeded batches (resuming at step s gives exactly the batches from s on)."""
 
-    def __init__(self, pools: dict[str, Pool], texts: TextStates, recipe: RendererRecipe, step: int = 0):
-        self.pools, self.texts, self.r, self.step = pools, texts, recipe, step
+    def __init__(self, pools: dict[str, Pool], texts: TextStates, recipe: RendererRecipe, step: int = 0,
+                 latents: LatentPools | None = None):
+        self.pools, self.texts, self.r, self.step, self.latents = pools, texts, recipe, step, latents
         self.mix = np.asarray(recipe.mix, np.float64) / sum(recipe.mix)
 
     def __next__(self) -> dict:
@@ -166,15 +204,18 @@ class Batches:
             plan = plan + std * rng.standard_normal(plan.shape, dtype=np.float32)
         cond = Conditions(plan=torch.from_numpy(plan), plan_mask=torch.from_numpy(keep_plan),
                           text=text, text_mask=text_mask & torch.from_numpy(keep_text)[:, None])
+        def space(name: str, pixels: np.ndarray, sel) -> torch.Tensor:  # the DiT's space: pixels or latents
+            return frames_to_tensor(pixels[sel]) if self.latents is None else self.latents.get(task, name, sel)
+
         if pool.source is not None:
-            cond.source = patchify(frames_to_tensor(pool.source[idx]), p)
+            cond.source = patchify(space("source", pool.source, idx), p)
             cond.source_mask = torch.from_numpy(keep_src)
         if pool.refs is not None:
             k = int(pool.n_refs[idx].max())
-            cond.refs = patchify(frames_to_tensor(pool.refs[idx, :k]), p)
+            cond.refs = patchify(space("refs", pool.refs, (idx[:, None], np.arange(k)[None])), p)
             cond.ref_mask = torch.from_numpy((np.arange(k)[None] < pool.n_refs[idx][:, None]) & keep_src[:, None])
             cond.ref_ids = tuple(float(j + 1) for j in range(k))
-        return {"task": task, "target": frames_to_tensor(pool.frames[idx]), "cond": cond, "seed": seed, "draft_only": r.draft_only}
+        return {"task": task, "target": space("frames", pool.frames, idx), "cond": cond, "seed": seed, "draft_only": r.draft_only}
 
 
 def loss_fn(model, batch):
@@ -343,8 +384,14 @@ def _options(recipe: RendererRecipe, args) -> RendererRecipe:
         train = replace(train, ema=args.ema or None)
     if args.draft_only:  # the draft starts at zero: an EMA would keep much of that start
         train = replace(train, ema=None)
+    if args.latent is not None:
+        from renderers.autoencoder import load_autoencoder
+
+        vae = load_autoencoder(args.latent)  # an InputError naming the folder if it holds none
+        renderer = replace(renderer, latent_channels=int(vae.config.latent_channels), patch=2,
+                           latent_factor=2 ** (len(vae.config.block_out_channels) - 1))
     return replace(recipe, renderer=renderer, train=train, init=recipe.init if args.init is None else args.init,
-                   draft_only=recipe.draft_only or args.draft_only)
+                   draft_only=recipe.draft_only or args.draft_only, autoencoder=recipe.autoencoder if args.latent is None else args.latent)
 
 
 def init_weights(model: BuiltinRenderer, directory: str) -> None:
@@ -376,6 +423,8 @@ def _flags(ap) -> None:
     ap.add_argument("--ema", type=float, metavar="DECAY", help="EMA decay of the saved weights (default 0.999; 0: none, the last "
                     "weights are saved). A fine-tune that changes what the output means (--draft-residual on weights trained "
                     "without it) needs 0: an EMA of 0.999 over 1,500 steps still holds 22%% of the start")
+    ap.add_argument("--latent", metavar="DIR", help="denoise in the latent space of the autoencoder saved in DIR "
+                    "(python -m training.autoencoder), with 2x2 latent patches [PROPOSED]")
     ap.add_argument("--draft-only", action="store_true", help="train only the plan draft, by its own loss, without an EMA "
                     "(a first stage before a joint fine-tune) [PROPOSED]")
 
@@ -405,6 +454,12 @@ def main(argv=None) -> int:
     model = BuiltinRenderer(recipe.renderer)
     if recipe.init and not (out / "run" / "checkpoint" / "state.pt").is_file():
         init_weights(model, recipe.init)
+    latents = None
+    if recipe.autoencoder:
+        from renderers.autoencoder import load_autoencoder
+
+        model.attach_autoencoder(load_autoencoder(recipe.autoencoder))
+        latents = LatentPools(pools, model.autoencoder, recipe.autoencoder, recipe.cache)
     steps = recipe.eval_steps or recipe.renderer.steps
 
     def periodic(m):
@@ -413,7 +468,7 @@ def main(argv=None) -> int:
     trainer = Trainer(model, loss_fn, recipe.train, out / "run", evaluate=periodic)
     if not args.no_resume:
         trainer.load_checkpoint()
-    trainer.fit(Batches(pools, texts, recipe, trainer.step), until=args.stop_at)
+    trainer.fit(Batches(pools, texts, recipe, trainer.step, latents), until=args.stop_at)
     return finish_run(trainer, out, recipe.train.steps, (time.perf_counter() - t_start) / 60,
                       lambda final, facts: final_eval(out, recipe, final, texts, facts))
 

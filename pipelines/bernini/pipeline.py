@@ -198,7 +198,7 @@ class BerniniPipeline(Pipeline):
             frames = 1
         height, width = c.height or height, c.width or width
         if self.backend == "builtin":
-            p = self.renderer.config.patch
+            p = self.renderer.config.token_pixels  # a token's side in pixels (a latent renderer's patch times its factor)
             for name, v in (("height", height), ("width", width)):
                 if v % p:
                     raise InputError(name, v, f"the builtin renderer takes multiples of {p} pixels (it was trained at 64)")
