@@ -71,7 +71,7 @@ def through_file(pipe, src: np.ndarray, instruction: str, seed: int) -> tuple[np
         except EmptyResultError:  # `atelier motion` exits 1 (no person found): graded as the source unchanged
             with Video(video) as v:
                 return v.get_frames(range(len(v))), {"person_found": False, "changed": False}
-        with Video(run.folder / "video.mp4") as v:
+        with Video(run.folder / "video.mp4", height=src.shape[1], width=src.shape[2]) as v:  # written enlarged (viewable)
             frames = v.get_frames(range(len(v)))
         out = run.output
         return frames, {"fine_pred": out.fine_class, "changed": out.changed, "person_found": out.person_found}

@@ -112,7 +112,8 @@ def through_files(pool, i: int, pipe, seed: int) -> np.ndarray:
             run = user.run("edit", {"video": source, "instruction": pool.text[i], "references": refs}, seed=seed, **comps)
         else:
             run = user.run("generate", {"prompt": pool.text[i], "references": refs}, seed=seed, **comps)
-        with Video(run.folder / "video.mp4") as v:
+        h, w = pool.frames[i].shape[1:3]
+        with Video(run.folder / "video.mp4", height=h, width=w) as v:  # written enlarged (core.video.viewable)
             return v.get_frames(range(len(v)))
 
 

@@ -701,9 +701,10 @@ def _check_array(name: str, value: Any, ndim: int, what: str) -> np.ndarray:
 
 
 def _save_video(directory: Path, name: str, value: Any, fps: float) -> None:
-    from core.video import write_video
+    from core.video import viewable, write_video
 
-    write_video(directory / f"{name}.mp4", _check_array(name, value, 4, "video (T, H, W, 3)"), fps=fps)
+    # a small clip is written enlarged by a whole factor (core.video.viewable): viewable, and its colours kept by yuv420p
+    write_video(directory / f"{name}.mp4", viewable(_check_array(name, value, 4, "video (T, H, W, 3)")), fps=fps)
 
 
 def _save_image(directory: Path, name: str, value: Any, fps: float) -> None:

@@ -32,7 +32,7 @@ def test_generate_to_a_folder_and_to_an_mp4(tmp_path, capsys):
     assert main(["generate", "a red star bouncing to the left", "--seed", "3", "-o", str(tmp_path / "star.mp4"), *FAST]) == 0
     assert "star.mp4" in capsys.readouterr().out
     with Video(tmp_path / "star.mp4") as v:
-        assert len(v) == 16 and (v.info.height, v.info.width) == (64, 64)
+        assert len(v) == 16 and (v.info.height, v.info.width) == (256, 256)  # a 64x64 clip written 4x (core.video.viewable)
     assert (tmp_path / "star" / "plan.png").is_file()
     # a second run may replace the mp4 it wrote, never someone else's
     assert main(["generate", "a red star", "--seed", "3", "-o", str(tmp_path / "star.mp4"), *FAST]) == 0
