@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import AtelierError, InputError, MediaError
 from core import jsontext
+from core.errors import AtelierError, InputError, MediaError
 from pipelines.registry import apps
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,6 @@ Exit codes: 0 ok, 1 failure (including any failed batch item), 2 usage error.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import errno
 import json
@@ -14,6 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
+from core.arguments import StrictParser
 from core.errors import AtelierError
 
 DESCRIPTION = """\

@@ -8,7 +8,6 @@ previews.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import json
 
 import logging
@@ -19,6 +18,7 @@ import numpy as np
 
 from app import showcase, video_tools
 from app.gallery import Gallery, Section
+from core.arguments import StrictParser
 from core.outputs import check_folder
 from core.paths import check_output_dir
 

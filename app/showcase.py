@@ -26,13 +26,14 @@ server start would cost minutes); ``tests/test_showcase.py`` recomputes each ver
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from core.arguments import StrictParser
 
 VERBS = ("ask", "segment", "generate", "edit", "motion", "meme", "reason")
 # the methods whose quality issue is open: their showcase may be wrong, and must then say so

@@ -32,7 +32,6 @@ finishes (``benchmarks.common``), so a run resumes and shards merge.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import logging
 import sys
@@ -43,6 +42,7 @@ import numpy as np
 
 from benchmarks.common import (RowLog, add_shard_arguments, command_line, group_rows, in_range, markdown_table, merge_rows,
                                paired_bootstrap, paired_cell, write_results)
+from core.arguments import StrictParser
 
 logger = logging.getLogger("benchmarks.anymotion")
 METHODS = ("scot@file", "scot", "direct", "oracle", "copy_source")

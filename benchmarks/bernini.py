@@ -42,7 +42,6 @@ resumes and shards merge.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import logging
 import sys
@@ -53,6 +52,7 @@ import numpy as np
 
 from benchmarks.common import (ArgumentsDiffer, RowLog, accuracy_cell, add_shard_arguments, command_line, group_rows, in_range, markdown_table,
                                merge_rows, paired_bootstrap, paired_cell, write_results)
+from core.arguments import StrictParser
 
 logger = logging.getLogger("benchmarks.bernini")
 FILE_METHOD = "bernini@file"  # the headline: the pipeline through the user's path (benchmarks.user_path)

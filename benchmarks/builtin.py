@@ -9,7 +9,6 @@ randomly initialised model of the same architecture (speed does not depend on th
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import json
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.arguments import StrictParser
 from planners.builtin import WEIGHTS_DIR, BuiltinVisionLanguageModel
 from planners.builtin.vlm import BuiltinVLMModel, VLMConfig
 from planners.protocol import format_mcq_prompt

@@ -45,7 +45,6 @@ run cannot (one branch a forward, each in its own cache context), so ``none, unb
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import copy
 import logging
@@ -57,6 +56,7 @@ import numpy as np
 import torch
 
 from benchmarks.common import command_line, markdown_table, paired_bootstrap, paired_cell, write_results
+from core.arguments import StrictParser
 
 logger = logging.getLogger("benchmarks.caching")
 

@@ -29,7 +29,6 @@ finish (``benchmarks.common``), so a run resumes and shards merge.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import logging
 import sys
@@ -39,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import RowLog, add_shard_arguments, command_line, group_rows, markdown_table, merge_rows, paired_bootstrap, write_results
+from core.arguments import StrictParser
 
 logger = logging.getLogger("benchmarks.clear")
 METHODS = ("clear", "prompt_then_track", "no_checks", "no_monitor", "oracle", "oracle_watch")

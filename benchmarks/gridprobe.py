@@ -23,7 +23,6 @@ Spearman correlation between M_eff and difficulty level) and ``pareto.png`` (acc
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import dataclasses
 import json
@@ -38,6 +37,7 @@ import numpy as np
 from benchmarks.common import (ArgumentsDiffer, RowLog, accuracy_cell, add_shard_arguments, comma_ints,
                                command_line, group_rows, in_range, markdown_table, merge_header, merge_rows,
                                paired_bootstrap, paired_cell, pareto_plot, spearman, write_results)
+from core.arguments import StrictParser
 from pipelines.gridprobe.frames import scale_text  # torch-free (numpy, OpenCV)
 
 logger = logging.getLogger("benchmarks.gridprobe")

@@ -40,7 +40,6 @@ plot of preference against RL steps. Resumable (``rows.jsonl``), shardable (``--
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import logging
 import sys
@@ -51,6 +50,7 @@ import numpy as np
 
 from benchmarks.common import (RowLog, add_shard_arguments, command_line, group_rows, in_range, markdown_table, merge_rows,
                                paired_bootstrap, paired_cell, write_results)
+from core.arguments import StrictParser
 
 logger = logging.getLogger("benchmarks.humor")
 # method: (writer, K, asked with the scene's topic, anchored boxes)

@@ -20,7 +20,6 @@ a run resumes and shards merge.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import logging
 import sys
@@ -31,6 +30,7 @@ import numpy as np
 
 from benchmarks.common import (RowLog, add_shard_arguments, comma_ints, command_line, group_rows, in_range, markdown_table, merge_rows,
                                write_results)
+from core.arguments import StrictParser
 
 logger = logging.getLogger("benchmarks.judge")
 SEED_BASE = 700

@@ -25,7 +25,6 @@ OUT/threads.json.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import json
 import os
@@ -35,6 +34,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from core.arguments import StrictParser
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_CLIP = REPO.parent / "shared" / "data" / "bigbuckbunny_clip" / "bigbuckbunny.mp4"

@@ -19,7 +19,6 @@ first use).
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import json
 import logging
@@ -29,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import _save_png, accuracy_cell, command_line, markdown_table, paired_bootstrap, paired_cell, write_results
+from core.arguments import StrictParser
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,6 @@ side the threshold gets right.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import json
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from app.world_check import THRESHOLD, colour_coverage, sample_frames
+from core.arguments import StrictParser
 from core.atomic import write_json_atomic
 from core.video import Video, write_video
 from worldgen import tasks

@@ -19,7 +19,6 @@ looked at through the draft").
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import dataclasses
 import logging
@@ -29,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import command_line, group_rows, markdown_table, paired_bootstrap, paired_cell, write_results
+from core.arguments import StrictParser
 
 logger = logging.getLogger("benchmarks.planner_settings")
 FIELDS = {"planning_steps", "denoising_steps", "temperature", "txt_cfg", "img_cfg"}

@@ -8,10 +8,10 @@ diagonal) of the reader's keypoints against the worlds' annotations, overall and
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import cv2
 import numpy as np
 
+from core.arguments import StrictParser
 from trackers.pose import ClassicPoseReader
 
 

@@ -22,7 +22,6 @@ frames/s, RSS growth < 100 MB. Writes ``results.json`` and ``results.md`` under 
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import gc
 import platform
@@ -37,6 +36,7 @@ import torch
 
 from benchmarks.common import command_line, markdown_table, write_results
 from benchmarks.gridprobe import WorldFrames
+from core.arguments import StrictParser
 
 DAVIS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "davis16_val_mini"
 SIZE = 256

@@ -11,7 +11,6 @@ Reports ratios (core / fastest raw reader; 10k / 1k sampling time), not absolute
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import json
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.arguments import StrictParser
 from core.video import Video, write_video
 
 REPO = Path(__file__).resolve().parents[1]

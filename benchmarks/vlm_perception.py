@@ -17,7 +17,6 @@ every size.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import sys
 from collections import defaultdict
@@ -28,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from benchmarks.common import command_line, markdown_table
+from core.arguments import StrictParser
 from core.atomic import write_json_atomic
 from pipelines.gridprobe.grid import GridLayout
 from planners.builtin import WEIGHTS_DIR

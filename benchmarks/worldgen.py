@@ -8,7 +8,6 @@ Targets: >= 200 frames/s; RSS growth < 200 MB for the 4,000-frame stream.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import json
 import sys
@@ -19,6 +18,8 @@ import cv2
 import numpy as np
 import psutil
 import torch
+
+from core.arguments import StrictParser
 
 
 def render_speed(num_frames: int) -> dict:

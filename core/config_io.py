@@ -12,9 +12,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, ClassVar
 
+from core import jsontext
 from core.atomic import write_json_atomic
 from core.errors import InputError
-from core import jsontext
 
 
 class ConfigComponent:

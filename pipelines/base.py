@@ -31,10 +31,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from core import jsontext
 from core.atomic import atomic_path, json_safe, write_json_atomic
 from core.device import select_device, select_dtype
 from core.errors import AtelierError, InputError
-from core import jsontext
 # the config side lives in a torch-free module (the CLI's parsers and argument checks); re-exported here
 from pipelines.config import LOAD_ERRORS, ComponentSpec, PipelineConfig, check_range, check_seed, loading_errors, setting  # noqa: F401
 

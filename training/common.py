@@ -8,7 +8,6 @@ are such folders; a run writes there only when the caller names that folder.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import json
 import logging
@@ -20,6 +19,7 @@ from dataclasses import asdict, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from core.arguments import StrictParser
 from core.atomic import write_json_atomic
 from core.errors import AtelierError, InputError
 

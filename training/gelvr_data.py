@@ -21,7 +21,6 @@ Slot targets, from the record's ``evidence_box`` and where its anchor and target
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import json
 import logging
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.arguments import StrictParser
 from core.atomic import atomic_path, write_json_atomic
 from core.weights_io import load_state_dict, save_state_dict
 

@@ -13,7 +13,6 @@ sequence, its ratio and its KL have no place in it.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import copy
 import json
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from core.arguments import StrictParser
 from core.atomic import atomic_path, write_json_atomic
 from training.common import resumed_recipe
 

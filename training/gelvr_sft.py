@@ -14,7 +14,6 @@ Batches are a function of the step and checkpoints hold the optimiser, so a stop
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import json
 import logging
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from core.arguments import StrictParser
 from core.atomic import atomic_path, write_json_atomic
 from training.common import resumed_recipe
 

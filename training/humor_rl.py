@@ -57,7 +57,6 @@ measured on them); a rerun with the same OUT resumes from the last one.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import json
 import logging
@@ -70,6 +69,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.arguments import StrictParser
 from core.atomic import write_json_atomic
 from core.errors import InputError
 

@@ -28,7 +28,6 @@ every ``save_every`` steps in OUT/run/checkpoint.pt (``torch.load(weights_only=T
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import json
 import logging
@@ -39,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.arguments import StrictParser
 from core.atomic import atomic_path, write_json_atomic
 
 logger = logging.getLogger(__name__)

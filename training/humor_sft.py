@@ -20,7 +20,6 @@ Trainer restore the optimiser, scheduler, RNG and data order). The final model i
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import json
 import logging
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from core.arguments import StrictParser
 from core.atomic import write_json_atomic
 from core.errors import InputError
 

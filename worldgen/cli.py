@@ -9,7 +9,6 @@ Also runnable as ``python -m worldgen.cli``.
 
 from __future__ import annotations
 
-from core.arguments import StrictParser
 import argparse
 import dataclasses
 import json
@@ -18,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from core.arguments import StrictParser
 from core.atomic import write_json_atomic
 from core.errors import AtelierError, InputError
 from core.outputs import check_folder, publish_folder
