@@ -200,7 +200,7 @@ def read_manifest(path: str | Path) -> list[dict]:
             continue
         where = f"manifest line {lineno}"
         try:
-            item = jsontext.loads(line)
+            item = jsontext.loads(line, finite=False)  # a NaN setting fails its item alone, by name (core.values)
         except json.JSONDecodeError as e:
             raise InputError(where, line[:80], f"not valid JSON ({e.msg})") from None
         except RecursionError:  # json nests by recursion: thousands of "[" exhaust the stack

@@ -16,8 +16,10 @@ MAX_DEPTH = 64  # a config or a manifest line is a few levels deep
 MAX_DIGITS = 30  # every count, size and seed here fits (2**64 has 20 digits)
 
 
-def loads(text: str) -> Any:
-    """``json.loads(text)`` with nesting, integer length and non-finite numbers bounded (module docstring)."""
+def loads(text: str, finite: bool = True) -> Any:
+    """``json.loads(text)`` with nesting, integer length and (``finite``) non-finite numbers bounded (module docstring).
+    ``finite=False`` lets ``NaN``, ``Infinity`` and ``1e999`` through for a reader that refuses them by the key they
+    stand under (a manifest: a NaN setting fails that item alone, named)."""
     depth = max_depth(text) if text.count("[") + text.count("{") > MAX_DEPTH else 0  # the scan only where it could matter
     if depth > MAX_DEPTH:
         raise json.JSONDecodeError(f"nested {depth} levels deep (at most {MAX_DEPTH})", text, 0)
@@ -29,13 +31,15 @@ def loads(text: str) -> Any:
 
     def real(digits: str) -> float:
         value = float(digits)
-        if not math.isfinite(value):
+        if finite and not math.isfinite(value):
             raise json.JSONDecodeError(f"the number {digits[:40]} is out of range", text, 0)
         return value
 
     def constant(name: str) -> float:
         raise json.JSONDecodeError(f"{name} is not a number JSON allows", text, 0)
 
+    if not finite:
+        return json.loads(text, parse_int=integer, parse_float=real)
     return json.loads(text, parse_int=integer, parse_float=real, parse_constant=constant)
 
 
