@@ -105,9 +105,9 @@ STAGES = [("core.paths", "check_output_dir"), ("core.outputs", "check_folder"), 
           ("core.outputs", "_write_marker"), ("core.outputs", "_remove_empty_parents")]
 
 
-# every stage for two verbs; for every verb the two inside the publishing of its files (after its compute)
-STOPS = [(v, m, f) for v in ("segment", "meme") for m, f in STAGES] + \
-        [(v, m, f) for v in sorted(apps()) if v not in ("segment", "meme") for m, f in STAGES[2:4]]
+# for every verb the stages before its compute and inside the publishing of its files; the clean-up of stale files
+# (the same code for every verb) for two
+STOPS = [(v, m, f) for v in sorted(apps()) for m, f in STAGES[:4]] + [(v, m, f) for v in ("segment", "meme") for m, f in STAGES[4:]]
 
 
 @pytest.mark.parametrize("verb, module, function", STOPS)
