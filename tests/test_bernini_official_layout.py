@@ -313,3 +313,22 @@ def test_convert_bernini_r_both_ways(releases, tmp_path):
             assert set(a.keys()) == set(b.keys()), part
             assert all(torch.equal(a.get_tensor(k), b.get_tensor(k)) for k in a.keys()), part
     assert detect_release(back) == "r"
+
+
+@pytest.mark.parametrize("release", ["v1", "v2"])
+def test_a_loaded_release_reaches_its_planner_with_the_official_streams(releases, release, monkeypatch):
+    """What the release's own inference does (the image-condition stream drops the visuals and keeps the text, the
+    three-stream rule only above text scale 1, sources before the prompt): passed by the pipeline itself, checked on
+    the values, so flipping the pipeline's setting turns this red."""
+    pipe = BerniniPipeline.from_pretrained(releases[release], config=BerniniConfig(**SETTINGS))
+    pipe.set_progress_bar_config(disable=True)
+    seen = []
+    plan = type(pipe.planner).plan
+
+    def recording(self, *args, **kwargs):
+        seen.append({k: kwargs.get(k) for k in ("imgcond_drop", "cfg_rule", "user_order")})
+        return plan(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(pipe.planner), "plan", recording)
+    run_tasks(pipe, tasks=("t2v", "rv2v"))
+    assert seen and all(s == {"imgcond_drop": "visuals", "cfg_rule": "txt_above_1", "user_order": "sources_first"} for s in seen)
