@@ -313,11 +313,12 @@ def test_a_small_clip_is_written_viewable_and_keeps_a_small_objects_colour(tmp_p
 
     frames = np.zeros((4, 64, 64, 3), np.uint8)
     frames[..., 2] = 200  # blue background
-    frames[:, 30:33, 30:33] = (220, 30, 30)  # a 3x3 red object, smaller than yuv420p's colour blocks can hold at 64x64
+    frames[:, 30:33, 30:33] = (220, 30, 30)  # a 3x3 red object: at 64x64, yuv420p and its resampling turn it purple
     assert viewable(frames).shape == (4, 256, 256, 3) and viewable(np.zeros((1, 300, 400, 3), np.uint8)).shape == (1, 300, 400, 3)
     plain = write_video(tmp_path / "plain.mp4", frames, fps=4)
     enlarged = write_video(tmp_path / "enlarged.mp4", viewable(frames), fps=4)
     with Video(plain) as a, Video(enlarged, height=64, width=64) as b:
-        err_plain = np.abs(a.get_frames(range(4))[:, 30:33, 30:33].astype(int) - frames[:, 30:33, 30:33]).mean()
-        err_viewable = np.abs(b.get_frames(range(4))[:, 30:33, 30:33].astype(int) - frames[:, 30:33, 30:33]).mean()
-    assert err_viewable < err_plain / 2, (err_viewable, err_plain)
+        read = {name: np.median(v.get_frames(range(4))[:, 30:33, 30:33].reshape(-1, 3), 0) for name, v in (("plain", a), ("enlarged", b))}
+    off = {name: float(np.linalg.norm(c - (220, 30, 30))) for name, c in read.items()}
+    assert off["enlarged"] < 0.6 * off["plain"], (read, off)  # measured: 71 against 141
+    assert read["enlarged"][0] > read["enlarged"][2]  # red stays red (at 64x64 it read (142, 45, 146): purple)
