@@ -614,9 +614,9 @@ VIEW_SIDE = 256  # the shortest side a written clip is enlarged to (nearest, by 
 def viewable(frames: np.ndarray) -> np.ndarray:
     """``frames`` ``(T, H, W, 3)`` enlarged by the whole factor (nearest: each pixel a k x k block) that brings the short
     side to at least ``VIEW_SIDE``; unchanged when it already is. A 64x64 clip is a speck in a player, and H.264's
-    yuv420p keeps one colour per 2x2 pixels, so at 64x64 a 6-pixel object's colour bleeds into its neighbours: at 4x
-    every stored colour block lies inside one original pixel. ``Video(path, height=H, width=W)`` reads it back at the
-    original size (area averaging of each block)."""
+    yuv420p keeps one colour per 2x2 pixels (resampled across a few more), so at 64x64 a 3-pixel red object on blue reads
+    back purple; at 4x each stored colour block lies inside one original pixel and it stays red (docs/history/user_path.md).
+    ``Video(path, height=H, width=W)`` reads it back at the original size (area averaging of each block)."""
     h, w = frames.shape[1:3]
     k = -(-VIEW_SIDE // min(h, w)) if min(h, w) < VIEW_SIDE else 1
     return frames if k == 1 else np.repeat(np.repeat(frames, k, axis=1), k, axis=2)
