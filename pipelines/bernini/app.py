@@ -19,7 +19,8 @@ examples:
   atelier generate "a cat walks across a sofa" --renderer /models/Bernini-R-Diffusers --no-plan \\
       --num-frames 33 --height 480 --width 832 --cpu-offload -o wan/        # a real Wan renderer, text only
 
-Writes video.mp4, plan.png (the planned ViT tokens as colours above the frames they describe),
+Writes video.mp4 (a clip under 256 pixels written enlarged by a whole factor: 64x64 as 256x256, so a player
+shows it and H.264 keeps a small object's colour), plan.png (the planned ViT tokens as colours above the frames they describe),
 frames.png (a strip of output frames), plan_tokens.npy, result.json (the task, seed, chain of
 thought, timings) and config.json (every setting as resolved). --seed makes a run repeatable.
 """
