@@ -269,9 +269,12 @@ def _add_pipeline_verb(sub, app) -> None:
         spec = app.component_specs[slot]
         default = app.defaults.get(slot)
         models.add_argument(f"--{flag}", dest=f"component_{slot}", metavar="PATH",
-                            help=f"{spec.help}: 'builtin', a builtin model folder, or a transformers checkpoint directory / HF cache id"
+                            help=f"{spec.help}: 'builtin', a builtin model folder, a checkpoint directory, or a hub id "
+                                 "(owner/name[@revision]: the Hugging Face cache first, downloaded when online)"
                                  + (f" (default {default})" if default else ""))
-    models.add_argument("--pipeline", metavar="DIR", help=f"a saved {app.name} pipeline (directory with pipeline.json)")
+    models.add_argument("--pipeline", metavar="DIR", help=f"a saved {app.name} pipeline (directory with pipeline.json) or its hub id")
+    models.add_argument("--revision", metavar="REV", help="the hub revision (branch, tag or commit) of every hub id given "
+                                                          "without its own @revision (default: main)")
     models.add_argument("--device", help="cuda, mps or cpu (default: the best available)")
     models.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bfloat16 on CUDA, float32 otherwise)")
     models.add_argument("--seed", type=int, help="seed of the run's random generator (0 .. 2^63-1)")
@@ -395,7 +398,7 @@ def _cmd_pipeline(args) -> int:
     values.update({k[len("setting_"):]: v for k, v in vars(args).items() if k.startswith("setting_") and v is not None})
     values.update({k[len("component_"):]: v for k, v in vars(args).items() if k.startswith("component_") and v is not None})
     values.update(pipeline=args.pipeline, device=args.device, dtype=args.dtype, seed=args.seed, threads=args.threads,
-                  trust_remote_code=args.trust_remote_code, progress=not args.no_progress)
+                  trust_remote_code=args.trust_remote_code, progress=not args.no_progress, revision=args.revision)
     inputs, config, _, options = app.split_args(values)
     app.check_settings(config, options)  # an argument error is said alone, before any model (or torch) loads
     with protecting(input_paths(app, inputs)):  # `-o NAME.mp4` and the extra files included: never over an input

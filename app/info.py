@@ -57,8 +57,9 @@ def format_info(info: dict) -> str:
     lines.append("pipelines (atelier VERB --help):")
     lines += [f"  {verb:24s} {p['name']}: {p['help']}" for verb, p in info["pipelines"].items()]
     lines.append("builtin weights: " + (", ".join(info["builtin_weights"]) or "none yet (make weights)"))
-    lines.append("real checkpoints each verb loads (weights/catalog.json; * = the method's official release, run as its "
-                 "official code runs it: docs/FIDELITY.md):")
+    lines.append("real checkpoints each verb loads, by hub id or folder (weights/catalog.json; * = the method's official "
+                 "release, run as its official code runs it: docs/FIDELITY.md):")
     for verb, entries in info["catalog"].items():
-        lines += [f"  {verb:10s} {e['flag']:16s} {'*' if e.get('official') else ' '} {e['id']}" for e in entries]
+        lines += [f"  {verb:10s} {e['flag']:16s} {'*' if e.get('official') else ' '} {e['id']}" + (f"  {e['size']}" if e.get("size") else "")
+                  for e in entries]
     return "\n".join(lines)

@@ -56,7 +56,7 @@ def build(app: PipelineApp, components: dict, options: dict, config: dict):
     # strictly: bool("false") is True, and a manifest's "false" must never turn remote code on
     trust = parse_run_option("trust_remote_code", options.get("trust_remote_code")) or False
     return app.pipeline_class.build(options.get("pipeline"), device=options.get("device"), dtype=options.get("dtype"),
-                                    trust_remote_code=trust,
+                                    trust_remote_code=trust, revision=options.get("revision"),
                                     components=components, config=config, defaults=app.defaults)
 
 

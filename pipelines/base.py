@@ -183,15 +183,17 @@ class Pipeline:
     @classmethod
     def from_pretrained(cls, directory: str | Path, *, device: str | torch.device | None = None,
                         dtype: str | torch.dtype | None = None, trust_remote_code: bool = False,
-                        config: Any | None = None, **overrides: Any):
-        """Load a pipeline saved with ``save_pretrained``.
+                        config: Any | None = None, revision: str | None = None, **overrides: Any):
+        """Load a pipeline saved with ``save_pretrained`` (its folder, or a hub id: the snapshot folder at ``revision``).
 
         ``overrides`` replace components by name: pass an instance, or a directory / cache id that
         the slot's loader understands (e.g. ``selector="/models/Qwen2.5-VL-7B-Instruct"`` on a saved
         builtin pipeline); an override for an optional component the index leaves empty loads it.
         ``trust_remote_code`` is handed to the loaders and stays off unless you pass it.
         """
-        index, index_path = read_index(directory)
+        from core.hub import resolve_model
+
+        index, index_path = read_index(resolve_model("pipeline", directory, revision))
         pipe_cls = cls if cls is not Pipeline else _import_pipeline_class(index, index_path)
         if index["_class_name"] != pipe_cls.__name__:
             raise InputError(f"{index_path} _class_name", index["_class_name"],
@@ -212,7 +214,8 @@ class Pipeline:
             if override is not None and not isinstance(override, (str, Path)):
                 components[name] = override
             elif override is not None:
-                components[name] = _load_override(name, spec, override, saved.get(name), index_path, device, dtype, trust_remote_code)
+                components[name] = _load_override(name, spec, override, saved.get(name), index_path, device, dtype, trust_remote_code,
+                                                  revision)
             elif name not in saved:
                 raise InputError(f"{index_path} components.{name}", None, f"the index does not list {name!r}; re-save the pipeline or pass {name}=...")
             elif saved[name] is None:
@@ -230,9 +233,10 @@ class Pipeline:
     @classmethod
     def build(cls, pipeline: str | Path | None = None, *, device: str | None = None, dtype: str | None = None,
               trust_remote_code: bool = False, components: dict[str, Any] | None = None,
-              config: dict[str, Any] | None = None, defaults: dict[str, Any] | None = None):
+              config: dict[str, Any] | None = None, defaults: dict[str, Any] | None = None, revision: str | None = None):
         """A pipeline from an optional saved directory, component overrides and config changes.
 
+        ``revision``: the hub revision of every hub id given without its own ``@revision``.
         ``components``: name -> instance, directory or cache id (None keeps the saved one or, without
         ``pipeline``, ``defaults``). ``config``: field -> value (None keeps). Used by the CLI, the
         batch runner, the web app and the benchmarks, so all four load models the same way.
@@ -248,7 +252,7 @@ class Pipeline:
         if unknown:
             raise InputError("components", unknown, f"{cls.__name__} has components {list(cls.component_specs)}")
         if pipeline is not None:
-            pipe = _cached_pipeline(cls, str(pipeline), device, dtype, trust_remote_code)
+            pipe = _cached_pipeline(cls, str(pipeline), device, dtype, trust_remote_code, revision)
             chosen = {n: components.get(n, pipe.components[n]) for n in cls.component_specs}
             base = pipe.config
         else:
@@ -256,7 +260,7 @@ class Pipeline:
             base = cls.config_class()
         for name, value in chosen.items():
             if isinstance(value, (str, Path)):
-                chosen[name] = _cached_component(cls, name, str(value), device, dtype, trust_remote_code)
+                chosen[name] = _cached_component(cls, name, str(value), device, dtype, trust_remote_code, revision)
         changes = {k: v for k, v in (config or {}).items() if v is not None}
         known = {f.name for f in dataclasses.fields(cls.config_class)}
         bad = sorted(set(changes) - known)
@@ -404,7 +408,9 @@ def read_index(directory: str | Path) -> tuple[dict, Path]:
     directory = Path(directory)
     index_path = directory / INDEX_FILE
     if not index_path.is_file():
-        raise InputError("pipeline", str(directory), f"no {INDEX_FILE} here; pass a directory written by save_pretrained")
+        what = f"no {INDEX_FILE} here" if directory.expanduser().is_dir() else "no such folder"
+        raise InputError("pipeline", str(directory), f"{what}; pass a directory written by save_pretrained or a hub id "
+                                                     "(owner/name; the releases each verb loads: `atelier info`)")
     try:
         index = jsontext.loads(index_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -519,15 +525,17 @@ def _load_with(comp_cls: type, source: Path, trust_remote_code: bool, name: str 
 
 
 def _load_override(name: str, spec: ComponentSpec, source: str | Path, entry: Any, index_path: Path,
-                   device, dtype, trust_remote_code: bool):
-    """An override given as a path: the slot's loader decides what the directory holds; without a
+                   device, dtype, trust_remote_code: bool, revision: str | None = None):
+    """An override given as a path or hub id: the slot's loader decides what the directory holds; without a
     loader, the class the index recorded loads it."""
     if spec.loader is not None:
-        return spec.load(name, source, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+        return spec.load(name, source, revision, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
     if entry is None:
         raise InputError(name, str(source), "this slot has no loader and the index names no class for it; pass an instance")
+    from core.hub import resolve_model
+
     comp_cls = _component_class(entry, f"{index_path} components.{name}", spec)
-    return _load_with(comp_cls, Path(source), trust_remote_code, name)
+    return _load_with(comp_cls, Path(resolve_model(name, source, revision)), trust_remote_code, name)
 
 
 _PIPELINE_CACHE: dict[tuple, Pipeline] = {}
@@ -550,15 +558,16 @@ def clear_caches() -> None:
     _COMPONENT_CACHE.clear()
 
 
-def _cached_pipeline(cls: type, directory: str, device, dtype, trust_remote_code: bool):
-    return _remember(_PIPELINE_CACHE, (cls, directory, device, dtype, trust_remote_code),
-                     lambda: cls.from_pretrained(directory, device=device, dtype=dtype, trust_remote_code=trust_remote_code))
+def _cached_pipeline(cls: type, directory: str, device, dtype, trust_remote_code: bool, revision: str | None = None):
+    return _remember(_PIPELINE_CACHE, (cls, directory, device, dtype, trust_remote_code, revision),
+                     lambda: cls.from_pretrained(directory, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                                                 revision=revision))
 
 
-def _cached_component(cls: type, name: str, source: str, device, dtype, trust_remote_code: bool):
+def _cached_component(cls: type, name: str, source: str, device, dtype, trust_remote_code: bool, revision: str | None = None):
     spec = cls.component_specs[name]
-    return _remember(_COMPONENT_CACHE, (spec.loader, source, device, dtype, trust_remote_code),
-                     lambda: spec.load(name, source, device=device, dtype=dtype, trust_remote_code=trust_remote_code))
+    return _remember(_COMPONENT_CACHE, (spec.loader, source, device, dtype, trust_remote_code, revision),
+                     lambda: spec.load(name, source, revision, device=device, dtype=dtype, trust_remote_code=trust_remote_code))
 
 
 # --------------------------------------------------------------------------- outputs

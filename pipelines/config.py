@@ -41,9 +41,14 @@ class ComponentSpec:
     optional: bool = False
     help: str = ""
 
-    def load(self, name: str, source: str | Path, **kwargs: Any) -> Any:
+    def load(self, name: str, source: str | Path, revision: str | None = None, **kwargs: Any) -> Any:
+        """The component in ``source`` (a folder, a keyword such as ``builtin``, or a hub id: its snapshot folder,
+        at ``revision`` unless the id pins one with ``@``; ``core.hub``)."""
         if self.loader is None:
             raise InputError(name, str(source), "this component has no loader for paths; pass an instance")
+        from core.hub import resolve_model
+
+        source = resolve_model(name, source, revision)
         module, _, func = self.loader.partition(":")
         loader = getattr(importlib.import_module(module), func)
         with loading_errors(name, source, self.help):  # every slot's loader: one mapping of what a folder can raise

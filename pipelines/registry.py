@@ -263,9 +263,9 @@ class PipelineApp:
 
 
 # options every pipeline verb takes besides its inputs, settings and components
-RUN_OPTIONS = ("pipeline", "device", "dtype", "seed", "threads", "progress", "trust_remote_code")
+RUN_OPTIONS = ("pipeline", "device", "dtype", "seed", "threads", "progress", "trust_remote_code", "revision")
 BOOL_RUN_OPTIONS = ("progress", "trust_remote_code")
-TEXT_RUN_OPTIONS = ("pipeline", "device", "dtype")
+TEXT_RUN_OPTIONS = ("pipeline", "device", "dtype", "revision")
 
 
 def parse_run_option(key: str, value: Any) -> Any:

@@ -82,7 +82,7 @@ def unclaimed_keys(keys: list[str]) -> list[str]:
 
 
 def load_official(cls: type, path: str | Path, *, device: Any = None, dtype: Any = None, release: str | None = None,
-                  config: Any = None, trust_remote_code: bool = False, **overrides: Any) -> Any:
+                  config: Any = None, trust_remote_code: bool = False, revision: str | None = None, **overrides: Any) -> Any:
     """``cls`` (``BerniniPipeline``) from an official folder; ``config.release`` records the release."""
     from core.shards import ShardedCheckpoint
 
@@ -115,7 +115,7 @@ def load_official(cls: type, path: str | Path, *, device: Any = None, dtype: Any
         comps["renderer"] = WanRenderer.from_pretrained(path, device=device, dtype=None if dtype == "stored" else dtype)
     for name, value in overrides.items():
         if isinstance(value, (str, Path)):
-            value = cls.component_specs[name].load(name, value, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+            value = cls.component_specs[name].load(name, value, revision, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
         if value is not None:
             comps[name] = value
     for comp in (comps["planner"], comps["renderer"]):

@@ -127,16 +127,20 @@ class BerniniPipeline(Pipeline):
     _callback_tensor_inputs = ("latents",)  # the renderer's; a callback may hand back new ones
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, *, release: str | None = None, **kwargs: Any) -> BerniniPipeline:
+    def from_pretrained(cls, directory: str | Path, *, release: str | None = None, revision: str | None = None,
+                        **kwargs: Any) -> BerniniPipeline:
         """A saved pipeline (``pipeline.json``), or an official release folder as it downloads: ``Bernini-Diffusers``
         / ``-v2`` (planner + renderer) or ``Bernini-R-Diffusers`` (renderer alone), loaded strictly
         (``pipelines.bernini.official``). ``release`` ("r", "v1", "v2") overrides the detected one; it is kept in
-        ``config.release`` and so in every output's config."""
+        ``config.release`` and so in every output's config. ``directory`` may be a hub id (its snapshot folder at
+        ``revision``: ``core.hub``)."""
+        from core.hub import resolve_model
         from pipelines.bernini.official import layout_of, load_official
 
+        directory = resolve_model("pipeline", directory, revision)
         if layout_of(directory) is not None:
-            return load_official(cls, directory, release=release, **kwargs)
-        pipe = super().from_pretrained(directory, **kwargs)
+            return load_official(cls, directory, release=release, revision=revision, **kwargs)
+        pipe = super().from_pretrained(directory, revision=revision, **kwargs)
         if release is not None:
             pipe.config = dataclasses.replace(pipe.config, release=release)  # checked by __post_init__
         return pipe
