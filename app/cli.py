@@ -80,7 +80,17 @@ def build_parser(verb: str | None = "*") -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="verb", metavar="VERB", prog="atelier", help=argparse.SUPPRESS)  # the description lists them
 
-    p = sub.add_parser("info", help="versions, device, backends, weights, pipelines", description="Print versions, the compute device, available backends, the weights Atelier can find and the pipelines it offers.")
+    p = sub.add_parser("info", help="versions, device, backends, weights, pipelines; --plan: a release's memory plan",
+                       description="Print versions, the compute device, available backends, the weights Atelier can find and the "
+                                   "pipelines it offers. With --plan, print where each model of an official Bernini release would "
+                                   "go for a memory budget, and the estimated device peak, from its configs alone (nothing loads).",
+                       epilog="example: atelier info --plan ByteDance/Bernini-Diffusers-v2 --max-memory 24GB --num-frames 81")
+    p.add_argument("--plan", metavar="PATH_OR_ID", help="an official Bernini release folder or hub id (Bernini-Diffusers, -v2, Bernini-R)")
+    p.add_argument("--max-memory", metavar="SIZE", help="the device memory to plan for, e.g. 24GB (default: what the device has free)")
+    p.add_argument("--revision", metavar="REV", help="the hub revision of --plan's id")
+    for flag, default, text in (("--num-frames", 81, "frames of the clip"), ("--height", 480, "its height"), ("--width", 832, "its width"),
+                                ("--segments", 2, "clips side by side in the DiT's context (2: an edit and its source)")):
+        p.add_argument(flag, type=int, default=default, metavar="N", help=f"--plan: {text} (default {default})")
     _add_common(p)
     p.set_defaults(func=_cmd_info)
 
@@ -383,6 +393,19 @@ def _emit(args, result: dict, human: str | None = None) -> None:
 
 def _cmd_info(args) -> int:
     from app.info import collect_info, format_info
+
+    if args.plan is not None:
+        from app.info import memory_plan
+
+        plan = memory_plan(args.plan, args.max_memory, revision=args.revision, num_frames=args.num_frames, height=args.height,
+                           width=args.width, segments=args.segments)
+        _emit(args, plan.to_dict(), str(plan))
+        return 0
+    for flag in ("max_memory", "revision"):
+        if getattr(args, flag) is not None:
+            from core.errors import InputError
+
+            raise InputError(flag, getattr(args, flag), "it applies to --plan; pass --plan PATH_OR_ID too")
 
     info = collect_info()
     _emit(args, info, format_info(info))

@@ -63,3 +63,24 @@ def format_info(info: dict) -> str:
         lines += [f"  {verb:10s} {e['flag']:16s} {'*' if e.get('official') else ' '} {e['id']}" + (f"  {e['size']}" if e.get("size") else "")
                   for e in entries]
     return "\n".join(lines)
+
+
+def device_free_bytes() -> int:
+    """The memory a plan may use when no budget is given: the CUDA device's free memory, else the host's available."""
+    import torch
+
+    if torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info()[0])
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def memory_plan(source: str, max_memory: str | None, *, revision: str | None = None, **size):
+    """The memory plan of an official Bernini release (``atelier info --plan``): configs only, nothing loads."""
+    from core.hub import resolve_model
+    from core.memory_plan import parse_memory
+    from pipelines.bernini.memory import plan_release
+
+    budget = parse_memory(max_memory) if max_memory is not None else device_free_bytes()
+    return plan_release(resolve_model("plan", source, revision), budget, **size)

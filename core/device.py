@@ -51,6 +51,38 @@ def select_dtype(dtype: str | torch.dtype | None = None, device: torch.device | 
     return _DTYPES[dtype]
 
 
+def stored_dtype(folder: str | os.PathLike) -> torch.dtype | None:
+    """The floating dtype most of a folder's ``*.safetensors`` tensors are stored in (headers only), or None."""
+    from collections import Counter
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    counts: Counter = Counter()
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(path), "pt") as f:
+            for key in f.keys():
+                dtype = f.get_slice(key).get_dtype()
+                counts[dtype] += 1
+    names = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+    floating = [(n, c) for n, c in counts.most_common() if n in names]
+    return names[floating[0][0]] if floating else None
+
+
+def load_dtype(dtype: str | torch.dtype | None, device: torch.device, folder: str | os.PathLike | None = None) -> torch.dtype | None:
+    """The dtype to load a checkpoint in: ``"stored"`` keeps what the files hold; ``None`` / ``"auto"`` is bfloat16 on CUDA
+    and, on the CPU, a bfloat16 checkpoint stays bfloat16 (float32 would double its memory) while others load in float32.
+    Returns None for "keep each tensor as stored" when ``folder`` is not given."""
+    if dtype == "stored" or (dtype in (None, "auto") and device.type == "cpu"):
+        stored = stored_dtype(folder) if folder is not None else None
+        if dtype == "stored":
+            return stored
+        if folder is None:
+            return None  # per tensor, as stored (the caller reads each one)
+        return torch.bfloat16 if stored == torch.bfloat16 else torch.float32
+    return select_dtype(dtype, device)
+
+
 def seed_everything(seed: int) -> torch.Generator:
     """Seed Python, NumPy and torch; return a CPU ``torch.Generator`` seeded the same way."""
     if not isinstance(seed, int) or seed < 0:

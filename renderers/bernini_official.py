@@ -75,14 +75,14 @@ def load_official_renderer(root: str | Path, ckpt: ShardedCheckpoint | None = No
     from diffusers import AutoencoderKLWan, WanTransformer3DModel
     from transformers import AutoTokenizer, UMT5Config, UMT5EncoderModel
 
-    from core.device import select_device, select_dtype
+    from core.device import load_dtype, select_device
     from renderers.hf_wan import MODEL_TYPE, RendererConfig, WanRenderer, _load_scheduler, _read_json
 
     root = Path(root)
     _check_files(root)
     ckpt = ckpt or ShardedCheckpoint.open(root / "bernini")
     dev = select_device(device)
-    dt = None if dtype == "stored" else select_dtype(dtype, dev)
+    dt = load_dtype(dtype, dev)  # None on the CPU: each tensor as stored (bf16 stays bf16)
     where = str(root / "bernini")
     experts: dict[str, Any] = {}
     for name, cfg_name in EXPERT_CONFIGS.items():

@@ -43,7 +43,7 @@ from diffusers import (
     WanTransformer3DModel,
 )
 
-from core.device import select_device, select_dtype
+from core.device import load_dtype, select_device, select_dtype
 from core.errors import InputError
 from renderers import caching, flow, rope
 from renderers.guidance import APG, Branch, CascadeGuidance, GuidanceScales, ModeGuidance
@@ -332,7 +332,7 @@ class WanRenderer:
                 raise InputError("directory", str(root), f"it has no {part}/config.json; is it a Wan diffusers folder?")
         cfg = _read_config(root)
         dev = select_device(device)
-        dt = select_dtype(dtype, dev)
+        dt = load_dtype(dtype, dev, root / "transformer")  # a bf16 release stays bf16 on the CPU
         from renderers.bernini_official import check_diffusers_layout
 
         # the libraries warn and init a missing tensor at random; a release folder must match exactly

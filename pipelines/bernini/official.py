@@ -112,7 +112,7 @@ def load_official(cls: type, path: str | Path, *, device: Any = None, dtype: Any
     elif overrides.get("renderer") is None:
         from renderers.hf_wan import WanRenderer
 
-        comps["renderer"] = WanRenderer.from_pretrained(path, device=device, dtype=None if dtype == "stored" else dtype)
+        comps["renderer"] = WanRenderer.from_pretrained(path, device=device, dtype=dtype)
     for name, value in overrides.items():
         if isinstance(value, (str, Path)):
             value = cls.component_specs[name].load(name, value, revision, device=device, dtype=dtype, trust_remote_code=trust_remote_code)

@@ -114,7 +114,7 @@ def load_official_planner(root: str | Path, ckpt: ShardedCheckpoint | None = Non
     tensor's stored dtype. Chain of thought is off: the release was not trained to write one."""
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
-    from core.device import select_device, select_dtype
+    from core.device import load_dtype, select_device
     from planners.semantic.backbones import HFPlannerBackbone
     from planners.semantic.planner import SemanticPlanner, SemanticPlannerConfig
 
@@ -125,7 +125,7 @@ def load_official_planner(root: str | Path, ckpt: ShardedCheckpoint | None = Non
                                                                   "and processor in mllm/; restore it")
     ckpt = ckpt or ShardedCheckpoint.open(root / "bernini")
     dev = select_device(device)
-    dt = None if dtype == "stored" else select_dtype(dtype, dev)
+    dt = load_dtype(dtype, dev)  # None on the CPU: each tensor as stored (bf16 stays bf16)
     # the release's mllm/ is Qwen2.5-VL, which transformers holds: its folder is data, never code
     processor = AutoProcessor.from_pretrained(str(mllm), trust_remote_code=False)
     with empty_module():

@@ -1,0 +1,111 @@
+"""A memory plan before loading (issue 60): the full Bernini release sized from its configs alone (meta tensors), its
+components within 2% of their published sizes, a placement for 24 / 48 / 80 GB whose estimated peak fits, and bf16
+checkpoints that stay bf16 on the CPU."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from app.cli import main
+from benchmarks.bernini_release_sizes import PUBLISHED_PARAMS, scale_release
+from core.errors import InputError
+from core.memory_plan import STRATEGIES, parse_memory
+from pipelines.bernini.memory import plan_release, release_parts
+from test_bernini_official_layout import build_full_release, read_release, write_release_shards
+from tiny_wan import build_tiny_bernini_r
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def real_sized(tmp_path_factory) -> Path:
+    """The tiny full release with its configs rewritten to the real release's sizes (weights stay tiny)."""
+    return scale_release(build_full_release(tmp_path_factory.mktemp("release") / "Bernini-Diffusers"))
+
+
+def test_each_component_is_sized_within_2_percent_of_its_published_count(real_sized):
+    parts = {p.name: p for p in release_parts(real_sized)}
+    assert set(PUBLISHED_PARAMS) <= set(parts)
+    for name, published in PUBLISHED_PARAMS.items():
+        assert abs(parts[name].params / published - 1) <= 0.02, (name, parts[name].params, published)
+    bf16 = [p for p in parts.values() if p.role in ("planner", "dit", "text_encoder")]
+    assert all(p.dtype == "bfloat16" and p.bytes == 2 * p.params for p in bf16)
+    assert parts["vae"].dtype == "float32"  # the renderer keeps its VAE in float32
+    total = sum(p.bytes for p in parts.values())
+    assert 84e9 < total < 88e9, total  # 2 x 28.6 + 16.6 + 11.4 + 0.5 GB: more than an 80 GB card holds
+
+
+@pytest.mark.parametrize("budget, fastest", [("24GB", "model offload, fp8 DiT"), ("48GB", "model offload"),
+                                              ("80GB", "active expert only")])
+def test_a_plan_for_each_budget_fits_it_with_the_fastest_strategy_that_does(real_sized, budget, fastest):
+    plan = plan_release(real_sized, parse_memory(budget))
+    assert plan.peak <= plan.budget and plan.strategy == fastest, str(plan)
+    faster = STRATEGIES[:STRATEGIES.index(plan.strategy)]
+    assert all(plan_release(real_sized, plan.budget, strategy=s).peak > plan.budget for s in faster)
+    assert set(plan.places) == {p.name for p in plan.parts}
+    assert plan.to_dict()["peak_bytes"] == plan.peak
+
+
+def test_the_plan_follows_the_clip_size(real_sized):
+    small = plan_release(real_sized, parse_memory("80GB"), num_frames=17, height=256, width=256, segments=1)
+    big = plan_release(real_sized, parse_memory("80GB"))
+    assert small.activations < big.activations / 10
+
+
+def test_too_small_a_budget_or_a_bad_size_is_a_clear_error(real_sized):
+    with pytest.raises(InputError, match="no placement fits: the least this needs is about"):
+        plan_release(real_sized, parse_memory("8GB"))
+    for bad in ("24XB", "-3GB", "lots", "0.5KB", True):
+        with pytest.raises(InputError, match="max_memory"):
+            parse_memory(bad)
+    assert parse_memory("24GB") == 24 * 10**9 and parse_memory("24 GiB") == 24 * 2**30
+
+
+def test_atelier_info_plans_without_loading_a_weight(real_sized, capsys):
+    assert main(["info", "--plan", str(real_sized), "--max-memory", "24GB"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("memory plan for 24.0 GB: model offload, fp8 DiT") and "transformer_2 (Wan DiT)" in out
+    assert main(["info", "--plan", str(real_sized), "--max-memory", "4GB"]) == 2
+    assert "no placement fits" in capsys.readouterr().err
+    assert main(["info", "--max-memory", "24GB"]) == 2
+    assert "pass --plan" in capsys.readouterr().err
+    # 86 GB of models planned in a fresh process: its peak memory is the interpreter and the libraries, not the weights
+    code = ("import json, resource, sys; from app.cli import main; rc = main(sys.argv[1:]); "
+            "print(json.dumps({'rc': rc, 'peak_kib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), file=sys.stderr)")
+    run = subprocess.run([sys.executable, "-c", code, "info", "--plan", str(real_sized), "--max-memory", "80GB", "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    facts = json.loads(run.stderr.strip().splitlines()[-1])
+    assert facts["rc"] == 0 and json.loads(run.stdout)["strategy"] == "active expert only"
+    assert facts["peak_kib"] < 2_000_000, facts  # under 2 GB
+
+
+def test_a_bernini_r_folder_is_planned_too(tmp_path):
+    parts = [p.name for p in release_parts(build_tiny_bernini_r(tmp_path / "r", two_experts=True))]
+    assert parts == ["text encoder (UMT5)", "transformer (Wan DiT)", "transformer_2 (Wan DiT)", "vae"]
+
+
+def test_bf16_checkpoints_load_as_bf16_on_the_cpu(tmp_path):
+    """A bf16 release loaded on the CPU without a dtype keeps bf16 (float32 would double it); float32 stays float32."""
+    from pipelines.bernini import BerniniPipeline
+
+    from diffusers import WanTransformer3DModel
+    from transformers import UMT5EncoderModel
+
+    r = build_tiny_bernini_r(tmp_path / "r")
+    for part, cls in (("transformer", WanTransformer3DModel), ("text_encoder", UMT5EncoderModel)):
+        cls.from_pretrained(r / part).to(torch.bfloat16).save_pretrained(r / part)
+    pipe = BerniniPipeline.from_pretrained(r, device="cpu")
+    assert pipe.renderer.transformer.dtype == torch.bfloat16 and pipe.renderer.text_encoder.dtype == torch.bfloat16
+    assert pipe.renderer.vae.dtype == torch.float32
+    full = build_full_release(tmp_path / "full")
+    write_release_shards(full / "bernini", {k: v.to(torch.bfloat16) if v.is_floating_point() else v
+                                            for k, v in read_release(full / "bernini").items()})
+    pipe = BerniniPipeline.from_pretrained(full, device="cpu")
+    assert pipe.renderer.transformer.dtype == torch.bfloat16
+    assert next(pipe.planner.backbone.model.parameters()).dtype == torch.bfloat16
+    fp32 = BerniniPipeline.from_pretrained(build_tiny_bernini_r(tmp_path / "r32"), device="cpu")
+    assert fp32.renderer.transformer.dtype == torch.float32
