@@ -7,17 +7,17 @@
 A ``Part`` is one model that runs in one ``stage`` of a call (the planner, the text encoder, a DiT expert, the VAE).
 Strategies, fastest first; the first whose estimated device peak fits the budget is the plan:
 
-1. ``all on device``: every part resident. Peak = all parts + the DiT's activations.
-2. ``active expert only``: every part resident except DiT experts, of which only the one running is (Wan 2.2's two
+1. ``all-on-device``: every part resident. Peak = all parts + the DiT's activations.
+2. ``active-expert``: every part resident except DiT experts, of which only the one running is (Wan 2.2's two
    experts: the other is moved off at the switch). Peak = non-expert parts + the largest expert + activations.
-3. ``model offload``: each part on the device only while its stage runs (accelerate's ``cpu_offload_with_hook``, as
+3. ``model-offload``: each part on the device only while its stage runs (accelerate's ``cpu_offload_with_hook``, as
    diffusers' ``enable_model_cpu_offload``). Peak = the larger of the largest other part and an expert + activations.
-4. ``model offload, fp8 DiT``: as 3, with the DiT experts' linear weights stored in float8 (e4m3) and computed in
+4. ``fp8-dit``: as 3, with the DiT experts' linear weights stored in float8 (e4m3) and computed in
    bfloat16 (diffusers' ``enable_layerwise_casting``): half their bytes.
-5. ``model offload, DiT streamed``: as 3, the DiT experts group-offloaded block by block (diffusers'
-   ``apply_group_offloading``, ``block_level``, one block per group, the next one prefetched): on the device, an
-   expert's non-block weights and two blocks.
-6. ``everything streamed``: every part with repeated blocks (the planner's decoder layers, UMT5's blocks, the DiT
+5. ``stream-dit``: as 3, the DiT experts group-offloaded layer by layer (diffusers' ``apply_group_offloading`` at
+   leaf level, the next layer prefetched on a CUDA stream); counted as an expert's non-block weights and two blocks,
+   an upper bound on what leaf-level streaming holds.
+6. ``stream-all``: every part with repeated blocks (the planner's decoder layers, UMT5's blocks, the DiT
    blocks) streamed the same way.
 
 The VAE decodes in tiles (``enable_tiling``) from strategy 3 on. The activation estimate is [PROPOSED]: a rule of
@@ -34,8 +34,8 @@ from core.errors import InputError
 
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "K": 10**3, "M": 10**6, "G": 10**9,
          "T": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-STRATEGIES = ("all on device", "active expert only", "model offload", "model offload, fp8 DiT",
-              "model offload, DiT streamed", "everything streamed")
+STRATEGIES = ("all-on-device", "active-expert", "model-offload", "fp8-dit",
+              "stream-dit", "stream-all")
 
 
 def parse_memory(text: str | int | float, name: str = "max_memory") -> int:
@@ -114,23 +114,23 @@ def _peak(parts: list[Part], strategy: str, activations: int) -> tuple[int, dict
     runs alone), and where each part goes."""
     experts = [p for p in parts if p.role == "dit"]
     others = [p for p in parts if p.role != "dit"]
-    if strategy == "all on device":
+    if strategy == "all-on-device":
         return sum(p.bytes for p in parts) + activations, {p.name: "on the device" for p in parts}
-    if strategy == "active expert only":
+    if strategy == "active-expert":
         places = {p.name: "on the device" for p in others}
         places.update({p.name: "on the device while it denoises (the other expert off)" for p in experts})
         return sum(p.bytes for p in others) + max((p.bytes for p in experts), default=0) + activations, places
     offload = "on the device only while it runs (model offload)"
     streamed = "streamed block by block (group offload, next block prefetched)"
-    if strategy == "model offload":
+    if strategy == "model-offload":
         dit, places = [p.bytes for p in experts], {p.name: offload for p in parts}
-    elif strategy == "model offload, fp8 DiT":
+    elif strategy == "fp8-dit":
         dit, places = [p.fp8_bytes or p.bytes for p in experts], {p.name: offload for p in others}
         places.update({p.name: "fp8 weights, bf16 compute; on the device only while it runs" for p in experts})
-    elif strategy in ("model offload, DiT streamed", "everything streamed"):
+    elif strategy in ("stream-dit", "stream-all"):
         dit, places = [p.rest_bytes + 2 * p.block_bytes for p in experts], {p.name: offload for p in others}
         places.update({p.name: streamed for p in experts})
-        if strategy == "everything streamed":
+        if strategy == "stream-all":
             places.update({p.name: streamed for p in others if p.blocks})
             others = [replace(p, bytes=p.rest_bytes + 2 * p.block_bytes) if p.blocks else p for p in others]
     else:
@@ -151,7 +151,7 @@ def plan_memory(parts: list[Part], budget: int, activations: int, strategy: str 
             best = (name, peak)
         if peak <= budget or strategy is not None:
             notes = ["activations are a rule-of-thumb estimate [PROPOSED], to be checked on a GPU (benchmarks/gpu_memory.py)"]
-            if STRATEGIES.index(name) >= STRATEGIES.index("model offload") and any(p.role == "vae" for p in parts):
+            if STRATEGIES.index(name) >= STRATEGIES.index("model-offload") and any(p.role == "vae" for p in parts):
                 notes.append("the VAE decodes in tiles (enable_tiling)")
             if peak > budget:
                 notes.append(f"over the budget by {gb(peak - budget)}")

@@ -446,6 +446,8 @@ class WanRenderer:
         for other, hook in self._offload.items():
             if other != name:
                 hook.offload()
+        if name not in self._offload:  # resident, or streamed by its own group-offload hooks (pipelines.bernini.placement)
+            return
         hook = self._offload[name]
         hook.hook.pre_forward(hook.model)
 

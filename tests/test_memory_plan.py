@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -39,8 +40,8 @@ def test_each_component_is_sized_within_2_percent_of_its_published_count(real_si
     assert 84e9 < total < 88e9, total  # 2 x 28.6 + 16.6 + 11.4 + 0.5 GB: more than an 80 GB card holds
 
 
-@pytest.mark.parametrize("budget, fastest", [("24GB", "model offload, fp8 DiT"), ("48GB", "model offload"),
-                                              ("80GB", "active expert only")])
+@pytest.mark.parametrize("budget, fastest", [("24GB", "fp8-dit"), ("48GB", "model-offload"),
+                                              ("80GB", "active-expert")])
 def test_a_plan_for_each_budget_fits_it_with_the_fastest_strategy_that_does(real_sized, budget, fastest):
     plan = plan_release(real_sized, parse_memory(budget))
     assert plan.peak <= plan.budget and plan.strategy == fastest, str(plan)
@@ -68,7 +69,7 @@ def test_too_small_a_budget_or_a_bad_size_is_a_clear_error(real_sized):
 def test_atelier_info_plans_without_loading_a_weight(real_sized, capsys):
     assert main(["info", "--plan", str(real_sized), "--max-memory", "24GB"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("memory plan for 24.0 GB: model offload, fp8 DiT") and "transformer_2 (Wan DiT)" in out
+    assert out.startswith("memory plan for 24.0 GB: fp8-dit") and "transformer_2 (Wan DiT)" in out
     assert main(["info", "--plan", str(real_sized), "--max-memory", "4GB"]) == 2
     assert "no placement fits" in capsys.readouterr().err
     assert main(["info", "--max-memory", "24GB"]) == 2
@@ -79,7 +80,7 @@ def test_atelier_info_plans_without_loading_a_weight(real_sized, capsys):
     run = subprocess.run([sys.executable, "-c", code, "info", "--plan", str(real_sized), "--max-memory", "80GB", "--json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     facts = json.loads(run.stderr.strip().splitlines()[-1])
-    assert facts["rc"] == 0 and json.loads(run.stdout)["strategy"] == "active expert only"
+    assert facts["rc"] == 0 and json.loads(run.stdout)["strategy"] == "active-expert"
     assert facts["peak_kib"] < 2_000_000, facts  # under 2 GB
 
 
@@ -109,3 +110,51 @@ def test_bf16_checkpoints_load_as_bf16_on_the_cpu(tmp_path):
     assert next(pipe.planner.backbone.model.parameters()).dtype == torch.bfloat16
     fp32 = BerniniPipeline.from_pretrained(build_tiny_bernini_r(tmp_path / "r32"), device="cpu")
     assert fp32.renderer.transformer.dtype == torch.float32
+
+
+@pytest.fixture(scope="module")
+def tiny_full(tmp_path_factory) -> Path:
+    return build_full_release(tmp_path_factory.mktemp("placed") / "Bernini-Diffusers")
+
+
+def _generate(folder: Path, placement: str):
+    import dataclasses
+
+    from pipelines.bernini import BerniniPipeline
+    from test_bernini_official_layout import SETTINGS
+
+    pipe = BerniniPipeline.from_pretrained(folder, device="cpu")
+    pipe.config = dataclasses.replace(pipe.config, placement=placement, **SETTINGS)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe, pipe("a red fox runs through the snow", generator=0)
+
+
+@pytest.mark.parametrize("strategy", ["all-on-device", "active-expert", "model-offload", "stream-dit",
+                                      "stream-all"])
+def test_each_placement_with_the_cpu_as_device_renders_the_clip_it_renders_without(tiny_full, strategy):
+    """The libraries' hooks are installed (accelerate's offload hooks, diffusers' group offloading) and the clip is the one
+    rendered with everything left in place: exactly (the CPU as the device moves no bit; on a GPU, transfers are exact
+    too). The run's config records the plan."""
+    _, reference = _generate(tiny_full, "none")
+    pipe, out = _generate(tiny_full, strategy)
+    assert np.array_equal(out.video, reference.video)
+    assert out.config["memory_plan"]["strategy"] == strategy and "memory_plan" not in reference.config
+    r = pipe.renderer
+    if strategy in ("active-expert", "model-offload"):
+        assert {"transformer", "transformer_2"} <= set(r._offload)
+    if strategy.startswith("stream"):
+        assert hasattr(r.transformer.blocks[0].attn1.to_q, "_diffusers_hook") and "transformer" not in r._offload
+    if strategy == "stream-all":
+        assert hasattr(r.text_encoder.encoder.block[0].layer[0].SelfAttention.q, "_diffusers_hook")
+    if strategy == "model-offload":
+        assert pipe._planner_hooks  # the planner is offloaded once its plan is made
+
+
+def test_fp8_storage_keeps_the_clip_close(tiny_full):
+    """Float8 weights (cast per layer as it runs) change the clip a little, not its content (tolerance: mean |diff| under
+    2 of 255 on the tiny random model)."""
+    _, reference = _generate(tiny_full, "none")
+    pipe, out = _generate(tiny_full, "fp8-dit")
+    assert pipe.renderer.transformer.blocks[0].ffn.net[0].proj.weight.dtype == torch.float8_e4m3fn
+    diff = np.abs(out.video.astype(float) - reference.video.astype(float))
+    assert 0 < diff.mean() < 2, diff.mean()

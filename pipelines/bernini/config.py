@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from core.memory_plan import STRATEGIES
 from pipelines.config import ComponentSpec, PipelineConfig, setting
 from pipelines.render_cache import RenderCacheSettings
 
@@ -76,10 +77,19 @@ class BerniniConfig(RenderCacheSettings, PipelineConfig):
     negative_prompt: str = setting("", help="what the text guidance steers away from (empty: the release's official one on hf, "
                                             "nothing on builtin; a single space: nothing)")
     tiling: bool = setting(False, help="hf renderer: decode the VAE in tiles (less memory at large sizes)")
-    cpu_offload: bool = setting(False, help="hf renderer: keep each model on the CPU until it runs (less GPU memory, slower)", flag="--offload")
+    cpu_offload: bool = setting(False, help="hf renderer: keep each model on the CPU until it runs (less GPU memory, slower); "
+                                            "the same as --placement 'model-offload'", flag="--offload")
+    placement: str = setting("auto", help="hf: where the models go (core.memory_plan): auto plans for --max-memory on an accelerator "
+                                          "(on the CPU nothing moves), none keeps them where they loaded, or a strategy by name",
+                             choices=("auto", "none", *STRATEGIES))
+    max_memory: str | None = setting(None, help="hf: the device memory the placement may use, e.g. 24GB (None: what the device has free)")
 
     def __post_init__(self):
         self.check_fields()
+        if self.max_memory is not None:
+            from core.memory_plan import parse_memory
+
+            parse_memory(self.max_memory)
 
 
 # BerniniPipeline.component_specs: each slot's protocol, loader and help, in order

@@ -20,6 +20,7 @@ ViT + MiniLM; a Qwen2.5-VL planner encodes its own). Settings left at None take 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -59,6 +60,8 @@ BUILTIN_TASKS = ("t2v", "t2i", "i2v", "v2v", "r2v", "rv2v")  # what the builtin 
 SIZE_FROM_SOURCE = {"v2v": "video", "mv2v": "video", "rv2v": "video", "ads2v": "video", "i2i": "image"}
 
 MAX_PROMPT_CHARS = 2000
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(repr=False)
@@ -309,9 +312,14 @@ class BerniniPipeline(Pipeline):
         sources = ([source_video] if source_video is not None else []) + ([first] if first is not None else []) + refs
         t_in = time.perf_counter()
 
+        memory_plan = self._place_models(frames, height, width, len(sources))
         plan_out = None
         if self.config.plan and self.planner is not None:
             plan_out = self._plan(prompt, task, sources, frames, height, width, gen, callback_on_step_end)
+            if memory_plan is not None:
+                from pipelines.bernini.placement import planning_done
+
+                planning_done(self)
         t_plan = time.perf_counter()
         clip, settings = self._render(prompt, task, sources, plan_out, frames, height, width, gen, callback_on_step_end)
         if task == "t2i":
@@ -325,10 +333,45 @@ class BerniniPipeline(Pipeline):
             plan_frames = [i for i in plan_frame_indices(frames, tokens.shape[0]) if i < len(clip)]
         config = {**dataclasses.asdict(self.config), "task": task, "release": self.release, "num_frames": len(clip), "height": height,
                   "width": width, **settings}
+        if memory_plan is not None:
+            config["memory_plan"] = {k: v for k, v in memory_plan.to_dict().items() if k != "parts"}
         out = BerniniOutput(prompt=prompt, task=task, seed=seed, cot_text=None if plan_out is None else plan_out.cot_text,
                             config=config, fps=12.0 if self.backend == "builtin" else 16.0, seconds={"inputs": t_in - t0, "plan": t_plan - t_in, "render": t_end - t_plan, "total": t_end - t0},
                             video=clip, plan_tokens=tokens, plan_frames=plan_frames, source_video=source_video)
         return out.convert(output_type)
+
+    def _place_models(self, frames: int, height: int, width: int, n_sources: int):
+        """The hf models placed by their memory plan (``pipelines.bernini.placement``), or None (builtin; ``placement``
+        none; auto on the CPU). ``--offload`` is model offload on an accelerator (on the CPU: a warning, nothing moves)."""
+        c = self.config
+        if self.backend == "builtin" or c.placement == "none":
+            return None
+        device = self.renderer.device
+        strategy = c.placement
+        if strategy == "auto":
+            if c.cpu_offload and device.type != "cpu":
+                strategy = "model-offload"
+            elif c.cpu_offload:
+                logger.warning("--offload: no accelerator to offload to (running on the CPU); ignored")
+            if device.type == "cpu" and strategy == "auto":
+                return None
+        from core.memory_plan import parse_memory
+        from pipelines.bernini.placement import place, plan_pipeline
+
+        if c.max_memory is not None:
+            budget = parse_memory(c.max_memory)
+        elif device.type == "cuda":
+            budget = int(torch.cuda.mem_get_info(device)[0])
+        else:
+            import psutil
+
+            budget = int(psutil.virtual_memory().available)
+        plan = plan_pipeline(self, budget, num_frames=frames, height=height, width=width, segments=1 + n_sources,
+                             strategy=None if strategy == "auto" else strategy)
+        if getattr(self, "_placed", None) != (plan.strategy, str(device)):
+            place(self, plan.strategy, device)
+            self._placed = (plan.strategy, str(device))
+        return plan
 
     def _plan(self, prompt: str, task: str, sources: list[np.ndarray], frames: int, height: int, width: int,
               gen: torch.Generator, callback: Callable | None):
@@ -438,8 +481,6 @@ class BerniniPipeline(Pipeline):
                 plan = PlanContexts(*plan_out.contexts)
             if c.tiling and hasattr(self.renderer, "enable_tiling"):
                 self.renderer.enable_tiling()
-            if c.cpu_offload and hasattr(self.renderer, "enable_model_cpu_offload"):
-                self.renderer.enable_model_cpu_offload()
             negative = self._negative(task)
             system = system_prompt_for_task(task) if official else None
             settings = {"steps": steps, "flow_shift": shift, "apg": apg, "guidance_mode": mode, "guidance": dataclasses.asdict(scales),
