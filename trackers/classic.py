@@ -14,7 +14,9 @@ frame, for every object (all rules below are [PROPOSED]: this is a baseline of o
    that overlap the warped mask are kept. Confident colours decide; where colour is ambiguous
    (real scenes) the flow does. A mask that would outgrow ``max_growth`` x the object's usual area
    (it leaks into something of the same colour) keeps only the warped mask's object-coloured
-   pixels; parts under ``min_part`` of the largest part are dropped.
+   pixels; parts under ``min_part`` of the largest part are dropped. A flat-coloured object's
+   histograms (``flat_share`` of it in three bins) spread ``colour_spread`` to neighbouring bins:
+   a decoded file jitters its one colour across bin edges.
 3. **Presence.** ``score`` = the Bhattacharyya coefficient between the mask's colour histogram and
    the object's, rescaled so ``presence_floor`` maps to 0, times a size term that falls once the
    mask shrinks below ``min_area_ratio`` of the object's usual area. Below
@@ -91,6 +93,12 @@ class ClassicTracker(ConfigComponent):
         of the equivalent radius (at least 2 px).
       global_bg_weight: share of the whole prompt frame (outside the object) in the background
         histogram; the rest is the ring, updated over time.
+      colour_spread: for a flat-coloured object, the share of each histogram bin given to each
+        neighbouring bin (L, a and b), so that its colour jittered across a bin edge by compression
+        keeps its likelihood (0: off). A textured object's histogram already samples its variation;
+        spreading it costs contrast against its surroundings (real DAVIS clips), so it is not spread.
+      flat_share: an object is flat-coloured when its three largest bins hold at least this share
+        of its prompt mask's pixels.
       hist_update: rate at which confident frames (score >= ``update_min``) update the histograms,
         template and usual area.
       update_min: see ``hist_update``.
@@ -146,6 +154,8 @@ class ClassicTracker(ConfigComponent):
     point_tolerance: float = 20.0
     point_max_fraction: float = 0.5
     point_radius: float = 0.05
+    colour_spread: float = 0.12
+    flat_share: float = 0.7
     backend: str = field(default="builtin", init=False, repr=False)
     MODEL_NAME = MODEL_NAME
 
@@ -160,7 +170,9 @@ class ClassicTracker(ConfigComponent):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 8:
                 raise InputError(name, v, "pass an integer of at least 8 pixels")
-        for name in ("colour_weight", "presence_floor", "presence_threshold", "hist_update", "update_min", "box_min_fill"):
+        if not 0 <= self.colour_spread < 0.5:
+            raise InputError("colour_spread", self.colour_spread, "pass a share in [0, 0.5)")
+        for name in ("colour_weight", "flat_share", "presence_floor", "presence_threshold", "hist_update", "update_min", "box_min_fill"):
             v = getattr(self, name)
             if not 0 <= v <= 1 or (name == "presence_floor" and v == 1):
                 raise InputError(name, v, "pass a number in [0, 1]" + (" (below 1)" if name == "presence_floor" else ""))
@@ -184,6 +196,24 @@ def histogram(idx: np.ndarray, mask: np.ndarray, nbins: int) -> np.ndarray:
     """Normalised histogram of the bins under ``mask`` (zeros when the mask is empty)."""
     h = np.bincount(idx[mask], minlength=nbins).astype(np.float32)
     return h / max(h.sum(), 1.0)
+
+
+def spread(hist: np.ndarray, bins: tuple, share: float) -> np.ndarray:
+    """``hist`` with ``share`` of each bin's mass given to each neighbour along L, a and b (renormalised).
+
+    A decoded file's colours jitter by a few levels (quantisation, 4:2:0 chroma), and a neutral colour
+    sits on the a/b bin edge (128): without the spread, one level moves a pixel into a bin the object
+    never had and its likelihood drops to zero."""
+    if share <= 0:
+        return hist
+    h = hist.reshape(bins)
+    for axis in range(3):
+        if h.shape[axis] > 1:
+            lo = np.take(h, [0] + list(range(h.shape[axis] - 1)), axis=axis)  # the neighbour below (edge repeated)
+            hi = np.take(h, list(range(1, h.shape[axis])) + [h.shape[axis] - 1], axis=axis)
+            h = (1 - 2 * share) * h + share * (lo + hi)
+    h = h.reshape(-1)
+    return h / max(float(h.sum()), EPS)
 
 
 def bhattacharyya(p: np.ndarray, q: np.ndarray) -> float:
@@ -244,6 +274,7 @@ class _Object:
     velocity: np.ndarray = field(default_factory=lambda: np.zeros(2))
     lost: int = 0
     lut: np.ndarray | None = None
+    spread: float = 0.0  # the share its histograms spread to neighbouring bins (``colour_spread`` when flat-coloured)
 
 
 @dataclass
@@ -337,11 +368,16 @@ class ClassicSession(SessionBase):
     def _init_object(self, obj: int, f: int, mask: np.ndarray, view: _View) -> None:
         p, idx = self.tracker, view.idx()
         ring = _dilate(mask, self._ring_px(mask.sum())) & ~mask
-        st = _Object(f, mask, histogram(idx, mask, self.nbins), histogram(idx, ring, self.nbins),
-                     histogram(idx, ~mask, self.nbins), shape_template(mask, p.template_size), float(mask.sum()),
-                     _centre(mask))
+        own = histogram(idx, mask, self.nbins)
+        share = p.colour_spread if np.sort(own)[-3:].sum() >= p.flat_share else 0.0
+        st = _Object(f, mask, spread(own, p.bins, share), self._hist(idx, ring, share),
+                     self._hist(idx, ~mask, share), shape_template(mask, p.template_size), float(mask.sum()),
+                     _centre(mask), spread=share)
         self._objects[obj] = st
         self._refresh_lut(st)
+
+    def _hist(self, idx: np.ndarray, mask: np.ndarray, share: float) -> np.ndarray:
+        return spread(histogram(idx, mask, self.nbins), self.tracker.bins, share)
 
     def _refresh_lut(self, st: _Object) -> None:
         g = self.tracker.global_bg_weight
@@ -357,7 +393,7 @@ class ClassicSession(SessionBase):
         if area == 0:
             return 0.0
         p = self.tracker
-        match = (bhattacharyya(histogram(idx, mask, self.nbins), st.fg) - p.presence_floor) / (1 - p.presence_floor)
+        match = (bhattacharyya(self._hist(idx, mask, st.spread), st.fg) - p.presence_floor) / (1 - p.presence_floor)
         size = min(1.0, area / (p.min_area_ratio * st.area))
         return float(np.clip(match, 0, 1) * size)
 
@@ -374,9 +410,9 @@ class ClassicSession(SessionBase):
         if score >= p.update_min:
             r, area = p.hist_update, float(mask.sum())
             ring = _dilate(mask, self._ring_px(area)) & ~mask
-            st.fg = (1 - r) * st.fg + r * histogram(idx, mask, self.nbins)
+            st.fg = (1 - r) * st.fg + r * self._hist(idx, mask, st.spread)
             if ring.any():
-                st.ring = (1 - r) * st.ring + r * histogram(idx, ring, self.nbins)
+                st.ring = (1 - r) * st.ring + r * self._hist(idx, ring, st.spread)
             st.area = (1 - r) * st.area + r * area
             self._refresh_lut(st)
 
