@@ -601,7 +601,10 @@ def pipeline_tab(app, settings: WebSettings) -> None:
         control.start()  # a Cancel pressed while the run waits in the queue still counts
         return [None] * len(outputs) if len(outputs) > 1 else None
 
-    button.click(clear, state, outputs, queue=False).then(run, [state, *inputs, *controls, *models], outputs, api_name=app.verb)
+    # one run at a time across every tab (RUN_CONCURRENCY): runs share loaded models and one device, and a per-call
+    # setting is applied to the pipeline for the duration of its call; the others wait in the queue (demo.queue)
+    button.click(clear, state, outputs, queue=False).then(run, [state, *inputs, *controls, *models], outputs, api_name=app.verb,
+                                                          concurrency_limit=1, concurrency_id=RUN_CONCURRENCY)
     # no gradio ``cancels=``: it would drop the request without stopping the pipeline or saying so
     cancel.click(RunControl.cancel, state, None, queue=False, api_name=f"cancel_{app.verb}")
 
@@ -620,6 +623,10 @@ def delete_cache(settings: WebSettings) -> tuple[int, int]:
     return max(1, min(300, age // 4)), age
 
 
+RUN_CONCURRENCY = "atelier-run"  # the concurrency group every tab's run joins: one pipeline runs at a time
+QUEUE_SIZE = 16  # requests waiting beyond the running one; the 17th is told the queue is full
+
+
 def build_app(settings: WebSettings | None = None):
     import gradio as gr
 
@@ -629,7 +636,7 @@ def build_app(settings: WebSettings | None = None):
         for title, build in tabs():
             with gr.Tab(title):
                 build(settings)
-    demo.queue(default_concurrency_limit=1, max_size=16)
+    demo.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
     return demo
 
 

@@ -205,3 +205,22 @@ def test_an_optional_setting_is_a_text_box_that_may_stay_empty():
     with pytest.raises(InputError, match="num_frames"):
         frames.parse("twelve")
     assert isinstance(_setting_component(Setting("grid", int, 8, "grid", range=(2, 32))), gr.Slider)
+
+
+def test_one_run_at_a_time_across_every_tab():
+    """The web demo's concurrency, as docs/ARCHITECTURE.md states it: every tab's run event joins one concurrency group of
+    limit 1 (runs share loaded models and one device; per-call settings hold for the duration of a call), at most
+    QUEUE_SIZE wait, and cancel is never queued behind a run."""
+    from app.web import QUEUE_SIZE, RUN_CONCURRENCY, WebSettings, build_app
+
+    from pipelines.registry import apps
+
+    demo = build_app(WebSettings())
+    verbs = {a.verb for a in apps().values()}
+    runs = [f for f in demo.fns.values() if f.api_name in verbs]
+    assert {f.api_name for f in runs} == verbs  # every pipeline tab's run
+    assert all(f.concurrency_id == RUN_CONCURRENCY and f.concurrency_limit == 1 for f in runs), \
+        [(f.api_name, f.concurrency_id, f.concurrency_limit) for f in runs]
+    cancels = [f for f in demo.fns.values() if f.api_name and f.api_name.startswith("cancel_")]
+    assert cancels and not any(f.queue for f in cancels)
+    assert demo._queue.max_size == QUEUE_SIZE
