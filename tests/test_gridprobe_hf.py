@@ -45,6 +45,9 @@ def test_pipeline_runs_end_to_end(vlms, video, family):
     assert out.tflops["probe"] == pytest.approx(8 * vlm.flops(4, prompt, (32, 32)) / 1e12)
     assert out.tflops["focus"] == pytest.approx(vlm.flops(out.m_eff, prompt, (64, 64)) / 1e12)
     assert out.tflops["full_frame"] == pytest.approx(vlm.flops(16, prompt, (64, 64)) / 1e12)
+    # what reached the VLM is recorded in the output's config: 8 probes of 4 frames at 32x32, the focus at 64x64
+    assert out.config["vlm_inputs"] == {"probes": 8, "frames_per_probe": 4, "probe_size": [32, 32], "focus_frames": out.m_eff,
+                                        "focus_size": [64, 64], "selector_video_fps": None, "answerer_video_fps": None}
     # deterministic
     again = pipe(video, QUESTION, OPTIONS)
     np.testing.assert_array_equal(again.posterior, out.posterior)

@@ -483,8 +483,20 @@ class GridProbePipeline(Pipeline):
             tflops={"probe": probe.flops / 1e12, "focus": focus_flops / 1e12, "total": total / 1e12,
                     "full_frame": full / 1e12, "reduction": full / total if total > 0 else float("nan")},
             seconds={"load": pool.seconds, "probe": probe.seconds, "focus": focus_s, "total": total_s},
-            frame_images=images, config=dataclasses.asdict(self.config),
+            frame_images=images, config={**dataclasses.asdict(self.config), "vlm_inputs": self.vlm_inputs(pool, probe, len(positions))},
         )  # fmt: skip
+
+    def vlm_inputs(self, pool: Pool, probe: ProbeResult, focus_frames: int) -> dict:
+        """What reached the VLMs, as Atelier decided it (recorded in the output's config): the probes' count, frames and
+        size (``probe.size``), the focused pass's frames and size, and the frame rate each video was declared at
+        (None: undeclared, as the official code leaves it)."""
+        def fps(model: Any) -> float | None:
+            return getattr(model, "video_fps", None)
+
+        return {"probes": 0 if probe.flops == 0 else 2 * pool.layout.K, "frames_per_probe": pool.layout.K,
+                "probe_size": [int(v) for v in probe.frame_size], "focus_frames": int(focus_frames),
+                "focus_size": [int(v) for v in self.focus_size(pool)], "selector_video_fps": fps(self.selector),
+                "answerer_video_fps": fps(self.qa)}
 
 
 __all__ = ["GridProbeConfig", "GridProbeOutput", "GridProbePipeline", "Pool", "ProbeResult", "json_safe", "format_summary", "compute_phrase"]
