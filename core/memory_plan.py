@@ -17,8 +17,7 @@ Strategies, fastest first; the first whose estimated device peak fits the budget
 5. ``stream-dit``: as 3, the DiT experts group-offloaded layer by layer (diffusers' ``apply_group_offloading`` at
    leaf level, the next layer prefetched on a CUDA stream); counted as an expert's non-block weights and two blocks,
    an upper bound on what leaf-level streaming holds.
-6. ``stream-all``: every part with repeated blocks (the planner's decoder layers, UMT5's blocks, the DiT
-   blocks) streamed the same way.
+6. ``stream-all``: as 5, UMT5 streamed too (a planner is moved whole: its inputs follow its parameters).
 
 The VAE decodes in tiles (``enable_tiling``) from strategy 3 on. The activation estimate is [PROPOSED]: a rule of
 thumb from the DiT's token count (``dit_activation_bytes``), to be checked against a GPU by
@@ -131,8 +130,9 @@ def _peak(parts: list[Part], strategy: str, activations: int) -> tuple[int, dict
         dit, places = [p.rest_bytes + 2 * p.block_bytes for p in experts], {p.name: offload for p in others}
         places.update({p.name: streamed for p in experts})
         if strategy == "stream-all":
-            places.update({p.name: streamed for p in others if p.blocks})
-            others = [replace(p, bytes=p.rest_bytes + 2 * p.block_bytes) if p.blocks else p for p in others]
+            text = [p for p in others if p.role == "text_encoder" and p.blocks]
+            places.update({p.name: streamed for p in text})
+            others = [replace(p, bytes=p.rest_bytes + 2 * p.block_bytes) if p in text else p for p in others]
     else:
         raise InputError("strategy", strategy, f"choose one of {STRATEGIES}")
     return max([p.bytes for p in others] + [d + activations for d in dit] + [0]), places

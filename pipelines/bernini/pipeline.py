@@ -315,10 +315,12 @@ class BerniniPipeline(Pipeline):
         memory_plan = self._place_models(frames, height, width, len(sources))
         plan_out = None
         if self.config.plan and self.planner is not None:
+            if memory_plan is not None:
+                from pipelines.bernini.placement import planning_done, planning_starts
+
+                planning_starts(self)
             plan_out = self._plan(prompt, task, sources, frames, height, width, gen, callback_on_step_end)
             if memory_plan is not None:
-                from pipelines.bernini.placement import planning_done
-
                 planning_done(self)
         t_plan = time.perf_counter()
         clip, settings = self._render(prompt, task, sources, plan_out, frames, height, width, gen, callback_on_step_end)

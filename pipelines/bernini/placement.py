@@ -8,14 +8,16 @@ What each strategy does (the hooks are the libraries', none of ours):
 - ``all-on-device``: every model moved to the device.
 - ``active-expert``: the planner, UMT5 and the VAE moved to the device; the two DiT experts under accelerate's
   ``cpu_offload_with_hook``, chained, so that onloading one expert offloads the other (the renderer's switch).
-- ``model-offload``: every model under ``cpu_offload_with_hook`` (diffusers' ``enable_model_cpu_offload`` does the
-  same); the planner's hook offloads it as soon as the plan is made.
+- ``model-offload``: every renderer model under ``cpu_offload_with_hook`` (diffusers' ``enable_model_cpu_offload``
+  does the same); the planner moved to the device for its stage and back when the plan is made (its backbone calls the
+  Qwen model's submodules, not its forward, so a forward hook would never fire).
 - ``fp8-dit``: as model offload, the experts' weights stored in float8 e4m3 and cast to bfloat16 per
   layer as it runs (diffusers' ``enable_layerwise_casting``).
 - ``stream-dit`` / ``stream-all``: diffusers' ``apply_group_offloading`` at leaf level
   (each layer onloaded as it runs; with a CUDA stream, the next one prefetched) on the experts, and for
-  ``stream-all`` on the planner's Qwen model and UMT5 too. Leaf level, not block level: the renderer calls
-  the DiT's blocks from its own packed forward, so only the layers' own forwards are sure to fire.
+  ``stream-all`` on UMT5 too. Leaf level, not block level: the renderer calls the DiT's blocks from its own packed
+  forward, so only the layers' own forwards are sure to fire. The planner is never streamed: its inputs follow its
+  parameters' device, which streaming leaves on the CPU.
 
 The VAE decodes in tiles from model offload on.
 """
@@ -82,15 +84,14 @@ def place(pipe: Any, strategy: str, device: torch.device) -> None:
     r = pipe.renderer
     r.disable_model_cpu_offload()
     experts = {n: getattr(r, n) for n in ("transformer", "transformer_2") if getattr(r, n) is not None}
-    planners = _planner_modules(pipe.planner) if pipe.planner is not None else {}
-    pipe._planner_hooks = []
+    pipe._planner_stage = None
     if strategy == "all-on-device":
         pipe.to(device)
         return
     if STRATEGIES.index(strategy) >= STRATEGIES.index("model-offload"):
         r.enable_tiling()
     if strategy == "active-expert":
-        for m in [*planners.values(), r.text_encoder, r.vae]:
+        for m in [pipe.planner, r.text_encoder, r.vae]:
             if m is not None:
                 m.to(device)
         hooks, previous = {}, None
@@ -113,18 +114,21 @@ def place(pipe: Any, strategy: str, device: torch.device) -> None:
         m.to("cpu")
         hooks[name] = cpu_offload_with_hook(m, device)[1]
     r._offload, r._offload_device = hooks, device
-    for m in planners.values():
-        if strategy == "stream-all":
-            _stream(m, device)
-        else:
-            m.to("cpu")
-            pipe._planner_hooks.append(cpu_offload_with_hook(m, device)[1])
+    if pipe.planner is not None:
+        pipe.planner.to("cpu")
+        pipe._planner_stage = device
+
+
+def planning_starts(pipe: Any) -> None:
+    """Move the planner to the device for its stage (model offload and after)."""
+    if getattr(pipe, "_planner_stage", None) is not None:
+        pipe.planner.to(pipe._planner_stage)
 
 
 def planning_done(pipe: Any) -> None:
-    """Offload the planner once its plan is made (model offload): the renderer's models need the room."""
-    for hook in getattr(pipe, "_planner_hooks", []):
-        hook.offload()
+    """Move the planner off the device once its plan is made: the renderer's models need the room."""
+    if getattr(pipe, "_planner_stage", None) is not None:
+        pipe.planner.to("cpu")
 
 
-__all__ = ["pipeline_parts", "place", "plan_pipeline", "planning_done"]
+__all__ = ["pipeline_parts", "place", "plan_pipeline", "planning_done", "planning_starts"]
