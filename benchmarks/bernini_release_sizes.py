@@ -39,6 +39,9 @@ UMT5_XXL = {"d_model": 4096, "d_ff": 10240, "d_kv": 64, "num_heads": 64, "num_la
 WAN_VAE = {"base_dim": 96, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2, "attn_scales": [],
            "temperal_downsample": [False, True, True], "dropout": 0.0}
 
+# the planner's own heads in the release (planners.semantic.planner.SemanticPlannerConfig's docstring) [PORT]
+RELEASE_HEADS = {"head_width": 4096, "head_depth": 16, "num_mask_tokens": 4096}
+
 # component -> (published parameters, the check's tolerance is 2%)
 PUBLISHED_PARAMS = {"planner (Qwen2.5-VL)": 8.29e9, "transformer (Wan DiT)": 28.6e9 / 2, "transformer_2 (Wan DiT)": 28.6e9 / 2,
                     "text encoder (UMT5)": 11.36e9 / 2, "vae": 127e6}

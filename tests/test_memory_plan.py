@@ -158,3 +158,39 @@ def test_fp8_storage_keeps_the_clip_close(tiny_full):
     assert pipe.renderer.transformer.blocks[0].ffn.net[0].proj.weight.dtype == torch.float8_e4m3fn
     diff = np.abs(out.video.astype(float) - reference.video.astype(float))
     assert 0 < diff.mean() < 2, diff.mean()
+
+
+def test_the_gpu_script_builds_a_sized_release_that_plans_and_generates(tmp_path, monkeypatch, capsys):
+    """benchmarks/gpu_memory.py: without a GPU it says so and exits 2; its builder of a random release at given sizes (here
+    small ones in place of the real) makes a pipeline that the plan places and that generates, on the CPU."""
+    import dataclasses
+
+    import benchmarks.bernini_release_sizes as sizes
+    from benchmarks.gpu_memory import main as gpu_main
+    from benchmarks.gpu_memory import random_release
+    from pipelines.bernini.placement import pipeline_parts
+    from test_bernini_official_layout import SETTINGS
+
+    if not torch.cuda.is_available():
+        assert gpu_main([]) == 2 and "no CUDA GPU here" in capsys.readouterr().err
+    small = {"QWEN25_VL_7B_TEXT": dict(sizes.QWEN25_VL_7B_TEXT, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_window_layers=2,
+                                       layer_types=["full_attention"] * 2,
+                                       rope_parameters={"mrope_section": [2, 3, 3], "rope_theta": 1e6, "rope_type": "default"}),
+             "QWEN25_VL_7B_VISION": dict(sizes.QWEN25_VL_7B_VISION, depth=2, hidden_size=32, intermediate_size=48, num_heads=2,
+                                         out_hidden_size=64, fullatt_block_indexes=[1]),
+             "WAN22_A14B_EXPERT": dict(sizes.WAN22_A14B_EXPERT, num_attention_heads=2, attention_head_dim=16, ffn_dim=48,
+                                       num_layers=2, text_dim=32),
+             "UMT5_XXL": dict(sizes.UMT5_XXL, d_model=32, d_ff=48, d_kv=8, num_heads=4, num_layers=2, num_decoder_layers=2),
+             "WAN_VAE": dict(sizes.WAN_VAE, base_dim=8, dim_mult=[1, 1, 1, 1], num_res_blocks=1),
+             "RELEASE_HEADS": {"head_width": 32, "head_depth": 2, "num_mask_tokens": 4}}
+    for name, value in small.items():
+        monkeypatch.setattr(sizes, name, value)
+    pipe = random_release(build_full_release(tmp_path / "Bernini-Diffusers"), True, "float32")
+    parts = {p.name: p for p in pipeline_parts(pipe)}
+    assert parts["transformer (Wan DiT)"].params == sum(p.numel() for p in pipe.renderer.transformer.parameters())
+    assert pipe.planner.config.head_width == 32 and pipe.renderer.transformer.config.num_layers == 2
+    pipe.config = dataclasses.replace(pipe.config, placement="model-offload", **SETTINGS)
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe("a red fox runs through the snow", generator=0)
+    assert out.config["memory_plan"]["strategy"] == "model-offload" and np.isfinite(out.video.astype(float)).all()
