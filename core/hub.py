@@ -88,7 +88,8 @@ def resolve_model(name: str, source: str | Path, revision: str | None = None) ->
         size = catalog_size(repo_id)
         command = f"hf download {repo_id}" + (f" --revision {revision}" if revision else "")
         where = "the hub is offline here (HF_HUB_OFFLINE)" if offline else f"it could not be downloaded ({type(e).__name__})"
-        raise InputError(name, text, f"not in the Hugging Face cache ({hub_cache()}) and {where}; download it first"
+        raise InputError(name, text, f"no folder of that name here, not in the Hugging Face cache ({hub_cache()}), and {where}; "
+                                     "download it first"
                                      + (f" ({size})" if size else "") + f": `{command}`, then pass the id again "
                                      "(or the folder it prints)") from None
 
