@@ -428,6 +428,19 @@ def _cmd_pipeline(args) -> int:
         return _run_verb(app, args, values)
 
 
+def _named_by_flag(app, run):
+    """``run()``, an error about a model slot naming the option the user typed when it differs (selector -> --vlm)."""
+    from core.errors import InputError
+
+    try:
+        return run()
+    except InputError as e:
+        flag = app.components.get(e.name)
+        if flag is not None and flag != e.name.replace("_", "-"):
+            raise InputError(f"{e.name} (--{flag})", e.value, e.hint) from None
+        raise
+
+
 def _run_verb(app, args, values: dict) -> int:
     import shutil
     import tempfile
@@ -443,7 +456,8 @@ def _run_verb(app, args, values: dict) -> int:
     if extra and out_dir is None:  # the run needs a folder to save into before its files are copied out
         scratch = out_dir = tempfile.mkdtemp(prefix="atelier-run-")
     try:
-        _, summary = run_app(app, values, out_dir=out_dir, overwrite=args.overwrite, on_start=lambda c, o: _note_builtin(app, c, o))
+        _, summary = _named_by_flag(app, lambda: run_app(app, values, out_dir=out_dir, overwrite=args.overwrite,
+                                                         on_start=lambda c, o: _note_builtin(app, c, o)))
         if video_file is not None:  # the clip moves to NAME.mp4 (written once), the rest stays in NAME/
             move_file(summary["files"].pop(f"{app.video_output}.mp4"), video_file, "--out", args.overwrite)
             summary["files"] = {"video": str(video_file), **summary["files"]}

