@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import write_results
 from core.arguments import StrictParser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,10 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r['build_seconds']:.0f} |")
     text = "\n".join(lines)
     print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.md").write_text(text + "\n")
-    (out / "results.json").write_text(json.dumps({"argv": argv or sys.argv[1:], "rows": rows}, indent=2))
+    write_results(args.out, {"command": "python -m benchmarks.gpu_memory " + " ".join(argv or sys.argv[1:])}, None, rows, text + "\n")
     return 0
 
 

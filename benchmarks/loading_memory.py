@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import write_results
 from core.arguments import StrictParser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,11 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{'yes' if r['within'] else 'no'} |")
     text = "\n".join(lines)
     print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.md").write_text(text + "\n")
-    (out / "results.json").write_text(json.dumps({"command": "python -m benchmarks.loading_memory " + " ".join(argv or sys.argv[1:]),
-                                                  "rows": rows}, indent=2))
+    write_results(args.out, {"command": "python -m benchmarks.loading_memory " + " ".join(argv or sys.argv[1:])}, None, rows, text + "\n")
     return 0 if all(r["within"] for r in rows) else 1
 
 
