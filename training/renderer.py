@@ -297,9 +297,11 @@ def card(recipe: RendererRecipe, ev: dict, out: Path) -> str:
                         f"{_fmt(m['clips_all_right'])} | {_fmt(m['psnr_target'])} | {_fmt(m.get('psnr_outside_edit'))} | {m['clips']} |")
     size_mb = (out / "model.safetensors").stat().st_size / 2**20 if (out / "model.safetensors").is_file() else 0.0
     notes_text = design_notes(out, "renderer")  # carried over from this folder's card, else the shipped one
+    space = (f"a latent DiT over the {c.latent_channels}-channel latents of its autoencoder (`autoencoder/`, 1/{c.latent_factor} "
+             "per side)" if getattr(c, "latent_channels", None) else "a pixel-patch DiT")
     return f"""# builtin-renderer
 
-Bernini's builtin renderer (`renderers/builtin.py`): a pixel-patch DiT ({c.depth} blocks, width {c.width},
+Bernini's builtin renderer (`renderers/builtin.py`): {space} ({c.depth} blocks, width {c.width},
 {c.heads} heads, {c.patch}x{c.patch} patches, {c.attention} attention, SA-3D RoPE, {c.prediction}-prediction) that
 decodes a plan of builtin-ViT patch tokens ({c.plan_frames} plan frames x {c.image_size // c.plan_patch}x{c.image_size // c.plan_patch}
 x {c.plan_dim}) into a {c.num_frames}-frame {c.image_size}x{c.image_size} clip, with the prompt's MiniLM token states by
