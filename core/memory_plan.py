@@ -166,4 +166,17 @@ def dit_activation_bytes(tokens: int, dim: int, ffn: int, itemsize: int = 2, mar
     return int(tokens * (5 * dim + ffn) * itemsize * margin)
 
 
-__all__ = ["Part", "Plan", "STRATEGIES", "dit_activation_bytes", "gb", "parse_memory", "plan_memory"]
+def plan_dit(parts: list[Part], budget: int, dit_config, *, num_frames: int, height: int, width: int, segments: int,
+             strategy: str | None = None) -> Plan:
+    """``plan_memory`` for a Wan-DiT pipeline: the activations of ``segments`` clips of ``num_frames`` at ``height`` x
+    ``width`` side by side in context (an edit: the clip and its source), Wan's 4x8x8 VAE and the DiT's patches, from
+    the DiT's config (a mapping: ``num_attention_heads``, ``attention_head_dim``, ``patch_size``, ``ffn_dim``)."""
+    dim = int(dit_config.get("num_attention_heads", 40)) * int(dit_config.get("attention_head_dim", 128))
+    pt, ph, pw = dit_config.get("patch_size", (1, 2, 2))
+    tokens = segments * (((num_frames - 1) // 4 + 1) // pt) * (height // 8 // ph) * (width // 8 // pw)
+    plan = plan_memory(parts, budget, dit_activation_bytes(tokens, dim, int(dit_config.get("ffn_dim", 4 * dim))), strategy)
+    plan.notes.insert(0, f"activations for {segments} clip(s) of {num_frames} frames at {width}x{height} in context: {tokens} DiT tokens")
+    return plan
+
+
+__all__ = ["Part", "Plan", "STRATEGIES", "dit_activation_bytes", "gb", "parse_memory", "plan_dit", "plan_memory"]

@@ -232,3 +232,21 @@ def write_shards(folder: str | Path, stem: str, tensors: Iterable[tuple[str, tor
     index = folder / f"{stem}{INDEX_SUFFIX}"
     index.write_text(json.dumps({"metadata": {"total_size": int(total)}, "weight_map": weight_map}, indent=2))
     return index
+
+
+def module_part(name: str, role: str, module: torch.nn.Module, dtype: torch.dtype) -> "Part":
+    """A memory plan's ``Part`` (``core.memory_plan``) from a module, real or built under ``empty_module``: its parameters once each (ties made), its longest
+    ``ModuleList`` as the repeated blocks, its linear weights as what fp8 storage halves."""
+    from core.memory_plan import Part
+
+    expected_tensors(module)  # ties the embeddings a meta build leaves untied
+    params = {id(p): p for p in module.parameters()}
+    count = sum(p.numel() for p in params.values())
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    linear = sum(m.weight.numel() for m in module.modules() if isinstance(m, torch.nn.Linear))
+    lists = [m for m in module.modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
+    blocks = max(lists, key=len, default=None)
+    block = max((sum(p.numel() for p in b.parameters()) for b in blocks), default=0) if blocks is not None else 0
+    return Part(name, role, count, count * itemsize, str(dtype).removeprefix("torch."),
+                fp8_bytes=linear + (count - linear) * itemsize, blocks=len(blocks) if blocks is not None else 0,
+                block_bytes=block * itemsize)

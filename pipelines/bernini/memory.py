@@ -20,27 +20,11 @@ from typing import Any
 import torch
 
 from core.errors import InputError
-from core.memory_plan import Part, Plan, dit_activation_bytes, plan_memory
-from core.shards import empty_module, expected_tensors
+from core.memory_plan import Part, Plan, plan_dit
+from core.shards import empty_module, module_part
 
 RUN_DTYPE = torch.bfloat16
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4, "I8": 1, "U8": 1, "BOOL": 1}
-
-
-def meta_part(name: str, role: str, module: torch.nn.Module, dtype: torch.dtype) -> Part:
-    """A ``Part`` from a module built under ``empty_module``: its parameters once each (ties made), its longest
-    ``ModuleList`` as the repeated blocks, its linear weights as what fp8 storage halves."""
-    expected_tensors(module)  # ties the embeddings a meta build leaves untied
-    params = {id(p): p for p in module.parameters()}
-    count = sum(p.numel() for p in params.values())
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    linear = sum(m.weight.numel() for m in module.modules() if isinstance(m, torch.nn.Linear))
-    lists = [m for m in module.modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
-    blocks = max(lists, key=len, default=None)
-    block = max((sum(p.numel() for p in b.parameters()) for b in blocks), default=0) if blocks is not None else 0
-    return Part(name, role, count, count * itemsize, str(dtype).removeprefix("torch."),
-                fp8_bytes=linear + (count - linear) * itemsize, blocks=len(blocks) if blocks is not None else 0,
-                block_bytes=block * itemsize)
 
 
 def _json(path: Path) -> dict:
@@ -102,49 +86,35 @@ def release_parts(path: str | Path) -> list[Part]:
 
         with empty_module():
             qwen = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(str(root / MLLM_DIR), trust_remote_code=False))
-        parts.append(meta_part("planner (Qwen2.5-VL)", "planner", qwen, RUN_DTYPE))
+        parts.append(module_part("planner (Qwen2.5-VL)", "planner", qwen, RUN_DTYPE))
         ckpt = ShardedCheckpoint.open(root / "bernini")
         try:
             parts.append(_header_part("planner heads", "heads", ckpt, PLANNER_PREFIXES))
         finally:
             ckpt.close()
-        parts.append(meta_part("text encoder (UMT5)", "text_encoder", _umt5(root / "t5_text_encoder"), RUN_DTYPE))
+        parts.append(module_part("text encoder (UMT5)", "text_encoder", _umt5(root / "t5_text_encoder"), RUN_DTYPE))
         for name, cfg in EXPERT_CONFIGS.items():
             if (root / cfg).is_file():
-                parts.append(meta_part(f"{name} (Wan DiT)", "dit", _wan(_json(root / cfg)), RUN_DTYPE))
+                parts.append(module_part(f"{name} (Wan DiT)", "dit", _wan(_json(root / cfg)), RUN_DTYPE))
     else:
         if (root / "text_encoder" / "config.json").is_file():
-            parts.append(meta_part("text encoder (UMT5)", "text_encoder", _umt5(root / "text_encoder"), RUN_DTYPE))
+            parts.append(module_part("text encoder (UMT5)", "text_encoder", _umt5(root / "text_encoder"), RUN_DTYPE))
         for name in ("transformer", "transformer_2"):
             if (root / name / "config.json").is_file():
-                parts.append(meta_part(f"{name} (Wan DiT)", "dit", _wan(_json(root / name / "config.json")), RUN_DTYPE))
-    parts.append(meta_part("vae", "vae", _vae(root / "vae"), torch.float32))
+                parts.append(module_part(f"{name} (Wan DiT)", "dit", _wan(_json(root / name / "config.json")), RUN_DTYPE))
+    parts.append(module_part("vae", "vae", _vae(root / "vae"), torch.float32))
     return parts
-
-
-def dit_tokens(parts: list[Part], root: Path, num_frames: int, height: int, width: int, segments: int) -> tuple[int, int, int]:
-    """(tokens, dim, ffn) of one DiT forward: ``segments`` clips of ``num_frames`` at ``height`` x ``width`` side by
-    side in context (an edit: the clip and its source), Wan's 4x8x8 VAE and 1x2x2 patches."""
-    from pipelines.bernini.official import layout_of
-
-    cfg_path = root / "transformer_config.json" if layout_of(root) == "full" else root / "transformer" / "config.json"
-    cfg = _json(cfg_path)
-    dim = int(cfg.get("num_attention_heads", 40)) * int(cfg.get("attention_head_dim", 128))
-    pt, ph, pw = cfg.get("patch_size", (1, 2, 2))
-    latent_frames = (num_frames - 1) // 4 + 1
-    tokens = segments * (latent_frames // pt) * (height // 8 // ph) * (width // 8 // pw)
-    return tokens, dim, int(cfg.get("ffn_dim", 4 * dim))
 
 
 def plan_release(path: str | Path, budget: int, *, num_frames: int = 81, height: int = 480, width: int = 832,
                  segments: int = 2, strategy: str | None = None) -> Plan:
     """The placement of a release for ``budget`` bytes of device memory at the given clip size."""
+    from pipelines.bernini.official import layout_of
+
     root = Path(path)
-    parts = release_parts(root)
-    tokens, dim, ffn = dit_tokens(parts, root, num_frames, height, width, segments)
-    plan = plan_memory(parts, budget, dit_activation_bytes(tokens, dim, ffn), strategy)
-    plan.notes.insert(0, f"activations for {segments} clip(s) of {num_frames} frames at {width}x{height} in context: {tokens} DiT tokens")
-    return plan
+    cfg_path = root / "transformer_config.json" if layout_of(root) == "full" else root / "transformer" / "config.json"
+    return plan_dit(release_parts(root), budget, _json(cfg_path), num_frames=num_frames, height=height, width=width,
+                    segments=segments, strategy=strategy)
 
 
-__all__ = ["meta_part", "plan_release", "release_parts"]
+__all__ = ["plan_release", "release_parts"]

@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from core.memory_plan import STRATEGIES, Part, Plan, dit_activation_bytes, plan_memory
-from pipelines.bernini.memory import meta_part
+from core.memory_plan import STRATEGIES, Part, Plan, plan_dit
+from core.shards import module_part
 
 
 def _planner_modules(planner: Any) -> dict[str, torch.nn.Module]:
@@ -45,26 +45,21 @@ def pipeline_parts(pipe: Any) -> list[Part]:
     r = pipe.renderer
     parts = []
     if pipe.planner is not None:
-        parts += [meta_part(name, "planner", m, next(m.parameters()).dtype) for name, m in _planner_modules(pipe.planner).items()]
+        parts += [module_part(name, "planner", m, next(m.parameters()).dtype) for name, m in _planner_modules(pipe.planner).items()]
     if r.text_encoder is not None:
-        parts.append(meta_part("text encoder (UMT5)", "text_encoder", r.text_encoder, r.text_encoder.dtype))
+        parts.append(module_part("text encoder (UMT5)", "text_encoder", r.text_encoder, r.text_encoder.dtype))
     for name in ("transformer", "transformer_2"):
         m = getattr(r, name)
         if m is not None:
-            parts.append(meta_part(f"{name} (Wan DiT)", "dit", m, m.dtype))
-    parts.append(meta_part("vae", "vae", r.vae, r.vae.dtype))
+            parts.append(module_part(f"{name} (Wan DiT)", "dit", m, m.dtype))
+    parts.append(module_part("vae", "vae", r.vae, r.vae.dtype))
     return parts
 
 
 def plan_pipeline(pipe: Any, budget: int, *, num_frames: int, height: int, width: int, segments: int,
                   strategy: str | None = None) -> Plan:
-    cfg = pipe.renderer.transformer.config
-    dim = int(cfg.num_attention_heads) * int(cfg.attention_head_dim)
-    pt, ph, pw = cfg.patch_size
-    tokens = segments * (((num_frames - 1) // 4 + 1) // pt) * (height // 8 // ph) * (width // 8 // pw)
-    plan = plan_memory(pipeline_parts(pipe), budget, dit_activation_bytes(tokens, dim, int(cfg.ffn_dim)), strategy)
-    plan.notes.insert(0, f"activations for {segments} clip(s) of {num_frames} frames at {width}x{height} in context: {tokens} DiT tokens")
-    return plan
+    return plan_dit(pipeline_parts(pipe), budget, pipe.renderer.transformer.config, num_frames=num_frames, height=height,
+                    width=width, segments=segments, strategy=strategy)
 
 
 def _stream(module: torch.nn.Module, device: torch.device) -> None:
