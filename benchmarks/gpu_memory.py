@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bernini-") as tmp:
         budgets = [b.strip() for b in args.budgets.split(",") if b.strip()]
         for budget in budgets:
+            print(f"budget {budget}: building the release and generating in a fresh process ...", file=sys.stderr, flush=True)
             tiny = build_full_release(Path(tmp) / f"{len(rows)}" / "Bernini-Diffusers")
             size = ["32", "32", "5"] if args.tiny else [str(args.height), str(args.width), str(args.num_frames)]
             run = subprocess.run([sys.executable, "-c", CHILD, str(tiny), "0" if args.tiny else "1", budget, size[2], size[0],

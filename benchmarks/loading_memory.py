@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bernini-r-") as tmp:
         folder = Path(tmp) / "Bernini-R-Diffusers"
         t0 = time.perf_counter()
+        print(f"writing a random Bernini-R (dim {args.dim}, {args.layers} layers) to {folder} ...", file=sys.stderr, flush=True)
         build(folder, args.dim, args.layers, args.ffn, args.dtype)
+        print("loading it in a fresh process, as stored and as float32 ...", file=sys.stderr, flush=True)
         built = time.perf_counter() - t0
         rows = [measure(folder, "auto"), measure(folder, "float32")]
     gib = 2**30
